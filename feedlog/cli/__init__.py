@@ -1,0 +1,103 @@
+"""The `feedlog` command: parse, call the library, print, map errors to exit codes.
+
+Human text by default, `--json` for machines. A user mistake prints one line
+on stderr and exits non-zero; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from .. import errors
+
+#: the one place library errors become exit codes (most specific first)
+EXIT_CODES: tuple[tuple[type[errors.FeedlogError], int], ...] = (
+    (errors.InvalidArgument, 2),
+    (errors.NotFound, 3),
+    (errors.AlreadyExists, 4),
+    (errors.SignatureError, 5),
+    (errors.Corruption, 5),
+    (errors.Conflict, 6),
+    (errors.ReadOnly, 7),
+    (errors.Unavailable, 8),
+)
+EXIT_USAGE = 2
+
+
+def exit_code(err: errors.FeedlogError) -> int:
+    for kind, code in EXIT_CODES:
+        if isinstance(err, kind):
+            return code
+    return 1
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+Handler = Callable[[argparse.Namespace], int | None]
+
+
+def emit(ns: argparse.Namespace, data: Any, human: Callable[[], None] | str | None = None) -> None:
+    """Print `data` as JSON with --json, else the human form."""
+    if getattr(ns, "json", False):
+        print(json.dumps(data, sort_keys=False))
+    elif callable(human):
+        human()
+    elif human is not None:
+        print(human)
+
+
+def build_parser() -> Parser:
+    from . import feed_cmds
+
+    parser = Parser(
+        prog="feedlog",
+        description="Signed, timestamped, append-only feeds (hypercore-compatible Merkle log).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    feed_cmds.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        ns = parser.parse_args(args)
+        handler: Handler = ns.handler
+        return handler(ns) or 0
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
+    except errors.FeedlogError as e:
+        print(f"feedlog: error: {e}", file=sys.stderr)
+        return exit_code(e)
+    except KeyboardInterrupt:
+        print("feedlog: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `feedlog cat ... | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as e:
+        print(f"feedlog: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
+
+
+def entrypoint() -> NoReturn:
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""`feedlog create|put|del|append|get|history|cat|info|timestamp|verify|compact`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from ..errors import InvalidArgument
+from ..log.entries import DRIVE_EVENT, PROTOCOLS, Record
+from ..log.feed import DEFAULT_TIMESTAMPS, Appended, Feed, Write
+from ..log.timestamps import TimestampPolicy, parse_duration
+from . import emit
+
+DEFAULT_BATCH = 1000
+
+
+def fmt_ts(ms: int | None) -> str:
+    """ISO-8601 UTC for humans; untrusted values (1970, far future) print as they are."""
+    if ms is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return f"{ms}ms"
+
+
+def fmt_value(value: bytes | None) -> str:
+    if value is None:
+        return "-"
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + value.hex()
+    return text if text.isprintable() else "0x" + value.hex()
+
+
+def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"seq": r.seq}
+    if r.cleared:
+        out["cleared"] = True
+        return out
+    out.update(
+        key=r.key,
+        value=None if r.value is None else r.value.hex(),
+        deleted=r.deleted,
+        timestamp=r.timestamp,
+        expires_at=r.expires_at,
+        expired=r.expired(now_ms),
+    )
+    if r.stat is not None:
+        out["stat"] = r.stat
+    if raw and r.block is not None:
+        out["block"] = r.block.hex()
+    return out
+
+
+def record_line(r: Record, now_ms: int) -> str:
+    if r.cleared:
+        return f"{r.seq}\t(cleared by compaction)"
+    if r.stat is not None:
+        what = json.dumps(r.stat, separators=(",", ":"))
+    else:
+        what = "(deleted)" if r.deleted else fmt_value(r.value)
+    flags = " (expired)" if r.expired(now_ms) else ""
+    return f"{r.seq}\t{fmt_ts(r.timestamp)}\t{r.key}\t{what}{flags}"
+
+
+def appended_json(a: Appended) -> dict[str, Any]:
+    return {"seq": a.seq, "timestamp": a.timestamp, "expires_at": a.expires_at}
+
+
+@contextmanager
+def opened(path: str, writable: bool = False) -> Iterator[Feed]:
+    feed = Feed.open(path, writable=writable)
+    try:
+        yield feed
+    finally:
+        feed.close()
+
+
+def policy_arg(text: str) -> TimestampPolicy:
+    return TimestampPolicy.parse(text)
+
+
+# ---- handlers ----------------------------------------------------------------------------
+
+
+def cmd_create(ns: argparse.Namespace) -> None:
+    feed = Feed.create(ns.path, content_type=ns.type, timestamps=ns.timestamps, ttl=ns.ttl, fsync=not ns.no_fsync)
+    info = feed.info()
+    feed.close()
+    emit(ns, info, f"created {ns.path}\nkey {info['key']}")
+
+
+def _value(feed: Feed, raw: str, is_hex: bool) -> bytes | dict[str, Any]:
+    if feed.content_type == DRIVE_EVENT:
+        try:
+            stat = json.loads(raw)
+        except ValueError:
+            stat = None
+        if not isinstance(stat, dict):
+            raise InvalidArgument('a drive-event feed takes a JSON stat as VALUE, e.g. \'{"mode": 33188, "size": 5}\'')
+        return stat
+    if is_hex:
+        try:
+            return bytes.fromhex(raw)
+        except ValueError:
+            raise InvalidArgument(f"--hex given but VALUE is not hex: {raw!r}") from None
+    return raw.encode("utf-8")
+
+
+def cmd_put(ns: argparse.Namespace) -> None:
+    with opened(ns.path, writable=True) as feed:
+        a = feed.put(ns.key, _value(feed, ns.value, ns.hex), ttl=ns.ttl, timestamps=ns.timestamps)
+    emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
+
+
+def cmd_del(ns: argparse.Namespace) -> None:
+    with opened(ns.path, writable=True) as feed:
+        a = feed.delete(ns.key, timestamps=ns.timestamps)
+    emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
+
+
+def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        raise InvalidArgument(f"line {lineno}: not JSON ({e})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
+        raise InvalidArgument(f'line {lineno}: expected an object with a string "key"')
+    known = {"key", "value", "value_hex", "stat", "deleted", "ttl", "timestamps"}
+    extra = set(obj) - known
+    if extra:
+        raise InvalidArgument(f"line {lineno}: unknown field(s) {', '.join(sorted(extra))}")
+    try:
+        deleted = bool(obj.get("deleted", False))
+        value: bytes | dict[str, Any] | None = None
+        if not deleted:
+            if feed.content_type == DRIVE_EVENT:
+                value = obj.get("stat")
+                if not isinstance(value, dict):
+                    raise InvalidArgument('a drive-event line needs "stat" (or "deleted": true)')
+            elif "value_hex" in obj:
+                value = bytes.fromhex(obj["value_hex"])
+            elif isinstance(obj.get("value"), str):
+                value = obj["value"].encode("utf-8")
+            else:
+                raise InvalidArgument('needs "value" (a string) or "value_hex"')
+        ttl = parse_duration(obj["ttl"]) if obj.get("ttl") else None
+        policy = TimestampPolicy.parse(obj["timestamps"]) if obj.get("timestamps") else None
+    except (InvalidArgument, ValueError, TypeError) as e:
+        raise InvalidArgument(f"line {lineno}: {e}") from None
+    return Write(obj["key"], value, deleted, ttl, policy)
+
+
+class Progress:
+    """A one-line progress display on a terminal (silent otherwise)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.on = stream.isatty()
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done: int, final: bool = False) -> None:
+        now = time.monotonic()
+        if not self.on or (not final and now - self.last < 0.1):
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        self.stream.write(f"\rappended {done:,} entries ({rate:,.0f}/s)" + ("\n" if final else ""))
+        self.stream.flush()
+
+
+def cmd_append(ns: argparse.Namespace) -> None:
+    if ns.batch < 1:
+        raise InvalidArgument("--batch must be at least 1")
+    src: IO[str] = sys.stdin if ns.jsonl == "-" else open(ns.jsonl, encoding="utf-8")  # noqa: SIM115
+    done = 0
+    first = last = None
+    progress = Progress(sys.stderr)
+    try:
+        with opened(ns.path, writable=True) as feed:
+            batch: list[Write] = []
+            for lineno, line in enumerate(src, 1):
+                if not line.strip():
+                    continue
+                try:
+                    batch.append(parse_jsonl_line(feed, line, lineno))
+                except InvalidArgument as e:
+                    raise InvalidArgument(f"{e} ({done} entries before it were appended)") from None
+                if len(batch) >= ns.batch:
+                    out = feed.append(batch)
+                    first = out[0].seq if first is None else first
+                    last = out[-1].seq
+                    done += len(batch)
+                    batch = []
+                    progress.update(done)
+            if batch:
+                out = feed.append(batch)
+                first = out[0].seq if first is None else first
+                last = out[-1].seq
+                done += len(batch)
+            progress.update(done, final=True)
+            length = feed.length
+    finally:
+        if src is not sys.stdin:
+            src.close()
+    emit(ns, {"appended": done, "first_seq": first, "last_seq": last, "length": length},
+         f"appended {done} entries (seq {first}..{last}), length {length}" if done else "nothing appended")
+
+
+def cmd_get(ns: argparse.Namespace) -> int:
+    with opened(ns.path) as feed:
+        r = feed.get(ns.key)
+        now = feed.clock.now_ms()
+    if r is None:
+        emit(ns, None, None)
+        if not ns.json:
+            print(f"feedlog: {ns.key!r} not found (never written, deleted or expired)", file=sys.stderr)
+        return 3
+    if ns.json:
+        emit(ns, record_json(r, now))
+    elif r.stat is not None:
+        print(json.dumps(r.stat))
+    else:
+        out = sys.stdout.buffer
+        out.write(r.value or b"")
+        if sys.stdout.isatty():
+            out.write(b"\n")
+        out.flush()
+    return 0
+
+
+def cmd_history(ns: argparse.Namespace) -> None:
+    with opened(ns.path) as feed:
+        rows = feed.history(ns.key)
+        now = feed.clock.now_ms()
+    if ns.json:
+        emit(ns, [record_json(r, now) for r in rows])
+    else:
+        for r in rows:
+            print(record_line(r, now))
+
+
+def cmd_cat(ns: argparse.Namespace) -> None:
+    with opened(ns.path) as feed:
+        now = feed.clock.now_ms()
+        start = max(ns.from_, 1)
+        end = feed.length if ns.to is None else min(ns.to + 1, feed.length)
+        for r in feed.records(start, end):
+            if ns.json:
+                print(json.dumps(record_json(r, now, raw=ns.raw)))
+            elif ns.raw:
+                print(f"{r.seq}\t" + ("(cleared)" if r.block is None else r.block.hex()))
+            else:
+                print(record_line(r, now))
+
+
+def cmd_info(ns: argparse.Namespace) -> None:
+    with opened(ns.path) as feed:
+        info = feed.info()
+
+    def human() -> None:
+        for k, v in info.items():
+            if k.endswith("timestamp") and v is not None:
+                v = f"{v} ({fmt_ts(v)})"
+            print(f"{k:<16}{'-' if v is None else v}")
+
+    emit(ns, info, human)
+
+
+def cmd_timestamp(ns: argparse.Namespace) -> int:
+    with opened(ns.path) as feed:
+        ts = feed.timestamp(ns.seq)
+    emit(ns, {"seq": ns.seq, "timestamp": ts, "iso": None if ts is None else fmt_ts(ts)},
+         f"{ts}\t{fmt_ts(ts)}" if ts is not None else "no timestamp")
+    return 0
+
+
+def cmd_verify(ns: argparse.Namespace) -> None:
+    with opened(ns.path) as feed:
+        rep = feed.verify()
+        key = feed.key.hex()
+    data = {"ok": True, "key": key, "length": rep.length, "byte_length": rep.byte_length,
+            "cleared": rep.cleared, "tree_hash": rep.tree_hash.hex()}
+    emit(ns, data, f"ok: {rep.length} blocks ({rep.byte_length} bytes, {rep.cleared} cleared) verify against the signed root")
+
+
+def cmd_compact(ns: argparse.Namespace) -> None:
+    with opened(ns.path, writable=True) as feed:
+        rep = feed.compact(overwritten=ns.overwritten)
+    emit(ns, {"cleared": rep.cleared, "bytes_cleared": rep.bytes_cleared},
+         f"cleared {rep.cleared} blocks ({rep.bytes_cleared} bytes); Merkle nodes kept")
+
+
+def cmd_demo(ns: argparse.Namespace) -> None:
+    from ..demo import run_demo
+
+    run_demo(ns.dir)
+
+
+# ---- registration ------------------------------------------------------------------------
+
+
+def register(sub: Any) -> None:
+    def add(name: str, handler: Any, help_: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(handler=handler)
+        return p
+
+    def json_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true", help="machine-readable output (hex for binary)")
+
+    p = add("create", cmd_create, "create a new feed (generates its Ed25519 key pair)")
+    p.add_argument("path")
+    p.add_argument("--timestamps", default=DEFAULT_TIMESTAMPS, metavar="POLICY",
+                   help=f"off | exact | truncate:<unit> | fuzz:<max> (default {DEFAULT_TIMESTAMPS})")
+    p.add_argument("--ttl", metavar="DURATION", help="default time-to-live of entries, e.g. 7d")
+    p.add_argument("--type", default="entry", choices=list(PROTOCOLS), help="content type (default entry)")
+    p.add_argument("--no-fsync", action="store_true", help="do not fsync appends (faster, loses the tail on power loss)")
+    json_flag(p)
+
+    p = add("put", cmd_put, "append one entry (key = value)")
+    p.add_argument("path")
+    p.add_argument("key")
+    p.add_argument("value", help="text; hex with --hex; a JSON stat for drive-event feeds")
+    p.add_argument("--hex", action="store_true", help="VALUE is hex-encoded bytes")
+    p.add_argument("--ttl", metavar="DURATION", help="time-to-live of this entry (default: the feed's)")
+    p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
+    json_flag(p)
+
+    p = add("del", cmd_del, "append a timestamped deletion of a key")
+    p.add_argument("path")
+    p.add_argument("key")
+    p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
+    json_flag(p)
+
+    p = add("append", cmd_append, "bulk-append JSON lines, one signed batch per --batch lines")
+    p.add_argument("path")
+    p.add_argument("--jsonl", required=True, metavar="FILE",
+                   help='file or - for stdin; lines like {"key": "k", "value": "v", "ttl": "1h"} '
+                        '(or "value_hex", "deleted": true, "stat": {...}, "timestamps": POLICY)')
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"entries per signed batch (default {DEFAULT_BATCH})")
+    json_flag(p)
+
+    p = add("get", cmd_get, "print the latest live value of a key")
+    p.add_argument("path")
+    p.add_argument("key")
+    json_flag(p)
+
+    p = add("history", cmd_history, "every entry ever written for a key")
+    p.add_argument("path")
+    p.add_argument("key")
+    json_flag(p)
+
+    p = add("cat", cmd_cat, "print entries: seq, writer timestamp (UTC), key, value")
+    p.add_argument("path")
+    p.add_argument("--from", dest="from_", type=int, default=1, metavar="N", help="first seq (default 1)")
+    p.add_argument("--to", type=int, metavar="M", help="last seq, inclusive (default: the end)")
+    p.add_argument("--raw", action="store_true", help="the block bytes as hex")
+    json_flag(p)
+
+    p = add("info", cmd_info, "key, length, signed tree hash, timestamp policy and range")
+    p.add_argument("path")
+    json_flag(p)
+
+    p = add("timestamp", cmd_timestamp, "the writer timestamp of one seq")
+    p.add_argument("path")
+    p.add_argument("seq", type=int)
+    json_flag(p)
+
+    p = add("verify", cmd_verify, "re-hash every block and check the signed root")
+    p.add_argument("path")
+    json_flag(p)
+
+    p = add("compact", cmd_compact, "clear payloads of expired entries, keeping Merkle nodes")
+    p.add_argument("path")
+    p.add_argument("--overwritten", action="store_true", help="also clear entries superseded by a newer write")
+    json_flag(p)
+
+    p = add("demo", cmd_demo, "run the end-to-end demo on embedded defaults")
+    p.add_argument("--dir", help="work directory (default: a new temporary one)")

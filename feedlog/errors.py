@@ -1,0 +1,50 @@
+"""The one exception tree of the library.
+
+A few coarse kinds, each telling the caller what to do about it (SlateDB's
+style): fix the input, look elsewhere, stop trusting the data, re-read and
+retry, or just retry later. `feedlog.cli` maps them to exit codes (and the gRPC
+layer to status codes) in one place each.
+"""
+
+from __future__ import annotations
+
+
+class FeedlogError(Exception):
+    """Root of every error feedlog raises on purpose."""
+
+    #: whether repeating the same call unchanged can succeed
+    retryable: bool = False
+
+
+class InvalidArgument(FeedlogError):
+    """The caller asked for something malformed or impossible; fix the input."""
+
+
+class NotFound(FeedlogError):
+    """The feed, table, key or seq does not exist (here)."""
+
+
+class AlreadyExists(FeedlogError):
+    """Creating something that is already there."""
+
+
+class Corruption(FeedlogError):
+    """Stored or received data failed an integrity check (hash, checksum)."""
+
+
+class SignatureError(Corruption):
+    """A signature does not verify against the feed's public key."""
+
+
+class Conflict(FeedlogError):
+    """Someone else changed the state first (a lost race, a stale length)."""
+
+
+class ReadOnly(FeedlogError):
+    """Writing needs the feed's secret key, which this copy does not hold."""
+
+
+class Unavailable(FeedlogError):
+    """A transient failure (I/O, network); retrying later can help."""
+
+    retryable = True

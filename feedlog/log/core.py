@@ -1,0 +1,497 @@
+"""The signed Merkle log of raw blocks in one directory (hypercore's "core").
+
+Knows blocks, tree nodes and signatures; nothing about entries, timestamps or
+keys (that is `feedlog.log.feed`). File formats: `feedlog.log.storage`.
+
+Append protocol (one batch): hash the blocks into the tree, sign the new tree
+state once, write the tree nodes and index entries (page cache), then append
+one log record holding blocks + signed state and fsync the log. The log record
+is the commit point; everything else is rebuilt from it after a crash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import fcntl
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import AlreadyExists, Corruption, InvalidArgument, NotFound, ReadOnly, SignatureError, Unavailable
+from . import merkle, storage
+from .crypto import KeyPair, Signer, Verifier, leaf_hash, tree_signable
+from .merkle import Node, Proof, TreeState
+
+KEY_FILE = "key"
+SECRET_FILE = "secret_key"
+#: write a checkpoint (fsync tree+index) after this many log bytes, bounding recovery work
+CHECKPOINT_BYTES = 32 << 20
+_EMPTY_HASH = merkle.roots_hash([])
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    length: int
+    byte_length: int
+    cleared: int
+    tree_hash: bytes
+
+
+class Core:
+    def __init__(
+        self,
+        path: Path,
+        public_key: bytes,
+        seed: bytes | None,
+        *,
+        writable: bool,
+        fsync: bool,
+    ) -> None:
+        self.path = path
+        self.public_key = public_key
+        self.verifier = Verifier(public_key)
+        self._signer = Signer(seed) if seed is not None else None
+        self.writable = writable
+        self.fsync = fsync
+        self.lock = threading.RLock()
+        flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
+        self._fds: dict[str, int] = {}
+        try:
+            for name in (storage.LOG, storage.TREE, storage.INDEX):
+                self._fds[name] = os.open(path / name, flags, 0o644)
+        except FileNotFoundError:
+            self._close_fds()
+            raise NotFound(f"{path}: not a feed (missing {name})") from None
+        self._log, self._tree, self._index = (self._fds[n] for n in (storage.LOG, storage.TREE, storage.INDEX))
+        if writable:
+            try:
+                fcntl.flock(self._log, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._close_fds()
+                raise Unavailable(f"{path}: feed is open for writing by another process") from None
+        self._roots: list[Node] = []
+        self._state = TreeState(0, 0, _EMPTY_HASH, b"")
+        self._log_end = 0
+        self._last_record = -1
+        self.min_ts = 0
+        self.max_ts = 0
+        self._ckpt = storage.Checkpoint()
+        self.recovered_batches = 0
+        self.truncated_bytes = 0
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], key_pair: KeyPair, *, fsync: bool = True) -> Core:
+        p = Path(path)
+        if (p / KEY_FILE).exists():
+            raise AlreadyExists(f"{p}: a feed already exists there")
+        if p.exists() and not p.is_dir():
+            raise InvalidArgument(f"{p}: exists and is not a directory")
+        p.mkdir(parents=True, exist_ok=True)
+        if key_pair.seed is not None:
+            storage.atomic_write(p / SECRET_FILE, key_pair.seed, mode=0o600)
+        # the key file is written last: its presence is what makes the directory a feed
+        storage.atomic_write(p / KEY_FILE, key_pair.public_key)
+        return cls.open(p, fsync=fsync)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, writable: bool = True, fsync: bool = True) -> Core:
+        p = Path(path)
+        try:
+            public_key = (p / KEY_FILE).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(f"{p}: no feed there") from None
+        if len(public_key) != 32:
+            raise Corruption(f"{p / KEY_FILE}: expected a 32-byte key, found {len(public_key)} bytes")
+        seed: bytes | None = None
+        try:
+            seed = (p / SECRET_FILE).read_bytes()
+        except FileNotFoundError:
+            pass
+        if seed is not None and KeyPair.from_seed(seed).public_key != public_key:
+            raise Corruption(f"{p / SECRET_FILE}: secret key does not match the feed key")
+        core = cls(p, public_key, seed, writable=writable, fsync=fsync)
+        try:
+            core._load()
+        except BaseException:
+            core.close()
+            raise
+        return core
+
+    def close(self) -> None:
+        with self.lock:
+            if self._fds and self.writable and self._log_end > self._ckpt.log_offset:
+                self.checkpoint()
+            self._close_fds()
+
+    def _close_fds(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> Core:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- state ----------------------------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        return self._state.length
+
+    @property
+    def state(self) -> TreeState:
+        return self._state
+
+    @property
+    def byte_length(self) -> int:
+        return sum(r.size for r in self._roots)
+
+    @property
+    def can_sign(self) -> bool:
+        return self._signer is not None
+
+    def roots(self) -> list[Node]:
+        return list(self._roots)
+
+    # ---- appends --------------------------------------------------------------------
+
+    def append(self, blocks: Sequence[bytes], *, min_ts: int = 0, max_ts: int = 0) -> TreeState:
+        """Append one batch signed with this feed's secret key; durable on return (fsync policy)."""
+        if self._signer is None:
+            raise ReadOnly(f"{self.path}: no secret key here, cannot append")
+        with self.lock:
+            start = self._state.length
+            created, roots = merkle.append_leaves(self._roots, start, blocks)
+            th = merkle.roots_hash(roots)
+            length = start + len(blocks)
+            sig = self._signer.sign(tree_signable(th, length, self._state.fork))
+            state = TreeState(length, self._state.fork, th, sig)
+            self._commit(start, blocks, created, roots, state, min_ts, max_ts)
+            return state
+
+    def append_signed(self, blocks: Sequence[bytes], state: TreeState, *, min_ts: int = 0, max_ts: int = 0) -> None:
+        """Append a batch signed elsewhere (replication): stored only if it verifies."""
+        with self.lock:
+            start = self._state.length
+            if state.length != start + len(blocks):
+                raise InvalidArgument(f"batch of {len(blocks)} at length {start} cannot reach length {state.length}")
+            created, roots = merkle.append_leaves(self._roots, start, blocks)
+            if merkle.roots_hash(roots) != state.tree_hash:
+                raise Corruption(f"blocks {start}..{state.length - 1} do not hash to the signed tree hash")
+            if not self.verifier.verify(state.signature, state.signable()):
+                raise SignatureError(f"signature for length {state.length} does not verify with the feed key")
+            self._commit(start, blocks, created, roots, state, min_ts, max_ts)
+
+    def _commit(
+        self,
+        start: int,
+        blocks: Sequence[bytes],
+        created: list[Node],
+        roots: list[Node],
+        state: TreeState,
+        min_ts: int,
+        max_ts: int,
+    ) -> None:
+        if not self.writable:
+            raise ReadOnly(f"{self.path}: opened read-only")
+        if not blocks:
+            raise InvalidArgument("cannot append an empty batch")
+        rec, first = storage.encode_batch(
+            start, list(blocks), state.fork, state.tree_hash, state.signature, min_ts, max_ts
+        )
+        off = self._log_end
+        # caches first, the log record last: a reader that sees the record finds its nodes
+        self._write_nodes(created)
+        pos = off + first
+        entries = bytearray()
+        for b in blocks:
+            entries += storage.INDEX_ENTRY.pack(pos, len(b), 0)
+            pos += len(b)
+        os.pwrite(self._index, entries, start * storage.INDEX_ENTRY.size)
+        os.pwrite(self._log, rec, off)
+        if self.fsync:
+            os.fdatasync(self._log)
+        self._log_end = off + len(rec)
+        self._last_record = off
+        self._roots = roots
+        self._state = state
+        self._note_ts(min_ts, max_ts)
+        if self._log_end - self._ckpt.log_offset >= CHECKPOINT_BYTES:
+            self.checkpoint()
+
+    def _note_ts(self, min_ts: int, max_ts: int) -> None:
+        if min_ts and (not self.min_ts or min_ts < self.min_ts):
+            self.min_ts = min_ts
+        self.max_ts = max(self.max_ts, max_ts)
+
+    def _write_nodes(self, nodes: list[Node]) -> None:
+        size = storage.NODE.size
+        run_start = -1
+        buf = bytearray()
+        prev = -2
+        for node in sorted(nodes, key=lambda n: n.index):
+            if node.index != prev + 1 and buf:
+                os.pwrite(self._tree, buf, run_start * size)
+                buf = bytearray()
+            if not buf:
+                run_start = node.index
+            buf += storage.NODE.pack(node.hash, node.size)
+            prev = node.index
+        if buf:
+            os.pwrite(self._tree, buf, run_start * size)
+
+    def checkpoint(self) -> None:
+        """Make tree and index durable up to the current length, so reopening replays nothing."""
+        with self.lock:
+            if not self.writable:
+                return
+            if self.fsync:
+                os.fdatasync(self._log)
+            os.fsync(self._tree)
+            os.fsync(self._index)
+            self._ckpt = storage.Checkpoint(self.length, self._log_end, self._last_record, self.min_ts, self.max_ts)
+            self._ckpt.store(self.path / storage.CHECKPOINT)
+
+    # ---- open / recovery ---------------------------------------------------------------
+
+    def _load(self) -> None:
+        ck = storage.Checkpoint.load(self.path / storage.CHECKPOINT)
+        self._ckpt = ck
+        if ck.length:
+            self._roots = merkle.nodes_for_roots(ck.length, self.node)
+            rec = self._read_record(ck.last_record)
+            if rec is None or rec.length != ck.length:
+                raise Corruption(f"{self.path}: checkpoint names a log record that is not there")
+            if merkle.roots_hash(self._roots) != rec.tree_hash:
+                raise Corruption(f"{self.path}: checkpointed tree does not match its signed root")
+            self._state = TreeState(rec.length, rec.fork, rec.tree_hash, rec.signature)
+        self._log_end = ck.log_offset
+        self._last_record = ck.last_record
+        self.min_ts, self.max_ts = ck.min_ts, ck.max_ts
+        self._replay_tail()
+        if self.writable:
+            self._truncate_past_end()
+            if self.recovered_batches:
+                self.checkpoint()
+
+    def refresh(self) -> int:
+        """Pick up batches another process appended since this core was opened (read-only use)."""
+        with self.lock:
+            before = self.length
+            self._replay_tail()
+            return self.length - before
+
+    def _replay_tail(self) -> None:
+        """Re-derive state from log records past `_log_end`; stop at the first torn/invalid one."""
+        size = os.fstat(self._log).st_size
+        if size <= self._log_end:
+            return
+        buf = memoryview(os.pread(self._log, size - self._log_end, self._log_end))
+        pos = 0
+        while pos < len(buf):
+            rec = storage.decode_batch(buf[pos:], self._log_end)
+            if rec is None or rec.start != self.length:
+                break  # a torn tail (or garbage): never served, truncated by a writer
+            blocks = [bytes(buf[o - self._log_end : o - self._log_end + n]) for o, n in zip(rec.block_offsets, rec.block_lengths)]
+            created, roots = merkle.append_leaves(self._roots, rec.start, blocks)
+            state = TreeState(rec.length, rec.fork, rec.tree_hash, rec.signature)
+            if merkle.roots_hash(roots) != rec.tree_hash or not self.verifier.verify(rec.signature, state.signable()):
+                raise Corruption(f"{self.path}: log record at offset {rec.offset} does not match its signature")
+            if self.writable:
+                self._write_nodes(created)
+                entries = b"".join(
+                    storage.INDEX_ENTRY.pack(o, n, 0) for o, n in zip(rec.block_offsets, rec.block_lengths)
+                )
+                os.pwrite(self._index, entries, rec.start * storage.INDEX_ENTRY.size)
+            self._roots, self._state = roots, state
+            self._last_record = rec.offset
+            self._note_ts(rec.min_ts, rec.max_ts)
+            self.recovered_batches += 1
+            consumed = rec.end - rec.offset
+            pos += consumed
+            self._log_end += consumed
+            buf = buf[consumed:]
+            pos = 0
+
+    def _truncate_past_end(self) -> None:
+        size = os.fstat(self._log).st_size
+        if size > self._log_end:
+            self.truncated_bytes = size - self._log_end
+            os.ftruncate(self._log, self._log_end)
+            os.fsync(self._log)
+        os.ftruncate(self._tree, 2 * self.length * storage.NODE.size)
+        os.ftruncate(self._index, self.length * storage.INDEX_ENTRY.size)
+
+    def _read_record(self, offset: int) -> storage.BatchRecord | None:
+        if offset < 0:
+            return None
+        head = os.pread(self._log, storage.HEAD_SIZE, offset)
+        total = storage.record_size(head)
+        if total is None:
+            return None
+        return storage.decode_batch(os.pread(self._log, total, offset), offset)
+
+    # ---- reads ----------------------------------------------------------------------
+
+    def node(self, index: int) -> Node:
+        raw = os.pread(self._tree, storage.NODE.size, index * storage.NODE.size)
+        if len(raw) != storage.NODE.size:
+            raise Corruption(f"{self.path}: tree node {index} is missing")
+        h, size = storage.NODE.unpack(raw)
+        return Node(index, h, size)
+
+    def _entry(self, seq: int) -> tuple[int, int, int]:
+        raw = os.pread(self._index, storage.INDEX_ENTRY.size, seq * storage.INDEX_ENTRY.size)
+        if len(raw) != storage.INDEX_ENTRY.size:
+            raise Corruption(f"{self.path}: index entry {seq} is missing")
+        off, n, flags = storage.INDEX_ENTRY.unpack(raw)
+        return off, n, flags
+
+    def _check_seq(self, seq: int) -> None:
+        if not 0 <= seq < self.length:
+            raise NotFound(f"seq {seq} is outside the feed (length {self.length})")
+
+    def get(self, seq: int) -> bytes | None:
+        """Block `seq`, checked against its leaf hash; None if compaction cleared it."""
+        self._check_seq(seq)
+        off, n, flags = self._entry(seq)
+        if flags & storage.CLEARED:
+            return None
+        block = os.pread(self._log, n, off)
+        if len(block) != n or leaf_hash(block) != self.node(2 * seq).hash:
+            raise Corruption(f"{self.path}: block {seq} fails its hash check")
+        return block
+
+    def get_range(self, start: int, end: int) -> Iterator[tuple[int, bytes | None]]:
+        """Blocks [start, end) in order, each checked like `get`, with one read per chunk."""
+        end = min(end, self.length)
+        chunk = 4096
+        for lo in range(max(start, 0), end, chunk):
+            hi = min(lo + chunk, end)
+            idx = os.pread(self._index, (hi - lo) * storage.INDEX_ENTRY.size, lo * storage.INDEX_ENTRY.size)
+            tree = os.pread(self._tree, (2 * (hi - lo) - 1) * storage.NODE.size, 2 * lo * storage.NODE.size)
+            entries = [storage.INDEX_ENTRY.unpack_from(idx, k * storage.INDEX_ENTRY.size) for k in range(hi - lo)]
+            first = entries[0][0]
+            last = max(o + n for o, n, _ in entries)
+            data = os.pread(self._log, last - first, first)
+            for k, (off, n, flags) in enumerate(entries):
+                seq = lo + k
+                if flags & storage.CLEARED:
+                    yield seq, None
+                    continue
+                block = data[off - first : off - first + n]
+                expected = tree[2 * k * storage.NODE.size : 2 * k * storage.NODE.size + 32]
+                if len(block) != n or leaf_hash(block) != expected:
+                    raise Corruption(f"{self.path}: block {seq} fails its hash check")
+                yield seq, block
+
+    def leaf(self, seq: int) -> Node:
+        self._check_seq(seq)
+        return self.node(2 * seq)
+
+    def proof(self, seq: int) -> Proof:
+        self._check_seq(seq)
+        block = self.get(seq)
+        if block is None:
+            raise NotFound(f"block {seq} was cleared by compaction; its proof needs the block")
+        return merkle.build_proof(seq, block, self._state, self.node)
+
+    # ---- maintenance ----------------------------------------------------------------
+
+    def clear(self, seqs: Sequence[int]) -> int:
+        """Drop the payloads of blocks (hypercore's `clear`); tree nodes stay, so proofs still verify.
+
+        The blocks' records are checkpointed first, so recovery never re-reads them.
+        """
+        with self.lock:
+            if not self.writable:
+                raise ReadOnly(f"{self.path}: opened read-only")
+            for seq in seqs:
+                self._check_seq(seq)
+            self.checkpoint()
+            todo = []
+            for seq in sorted(set(seqs)):
+                off, n, flags = self._entry(seq)
+                if not flags & storage.CLEARED:
+                    todo.append((seq, off, n, flags))
+            for seq, off, n, flags in todo:
+                entry = storage.INDEX_ENTRY.pack(off, n, flags | storage.CLEARED)
+                os.pwrite(self._index, entry, seq * storage.INDEX_ENTRY.size)
+            os.fsync(self._index)  # the cleared flags are durable before any payload is gone
+            # adjacent payloads are zeroed as one range; record headers between batches stay intact
+            for off, n in _coalesce([(off, n) for _seq, off, n, _flags in todo]):
+                os.pwrite(self._log, bytes(n), off)
+                _punch_hole(self._log, off, n)
+            os.fsync(self._log)
+            return len(todo)
+
+    def verify(self) -> VerifyReport:
+        """Re-hash every stored block, rebuild every tree node and check the latest signature."""
+        roots: list[Node] = []
+        cleared = 0
+        chunk = 4096
+        length = self.length
+        for lo in range(0, length, chunk):
+            hi = min(lo + chunk, length)
+            new: list[Node] = []
+            idx = os.pread(self._index, (hi - lo) * storage.INDEX_ENTRY.size, lo * storage.INDEX_ENTRY.size)
+            for k in range(hi - lo):
+                off, n, flags = storage.INDEX_ENTRY.unpack_from(idx, k * storage.INDEX_ENTRY.size)
+                if flags & storage.CLEARED:
+                    # no payload left to hash: the stored leaf stands in, its parents are still checked
+                    cleared += 1
+                    new.append(self.node(2 * (lo + k)))
+                else:
+                    new.append(Node(2 * (lo + k), leaf_hash(os.pread(self._log, n, off)), n))
+            created, roots = merkle.append_nodes(roots, new)
+            for node in created:
+                if self.node(node.index) != node:
+                    what = f"block {node.index // 2}" if node.index % 2 == 0 else f"tree node {node.index}"
+                    raise Corruption(f"{self.path}: {what} does not match the stored tree")
+        th = merkle.roots_hash(roots)
+        if th != self._state.tree_hash:
+            raise Corruption(f"{self.path}: blocks do not hash to the signed tree hash")
+        if length and not self.verifier.verify(self._state.signature, self._state.signable()):
+            raise SignatureError(f"{self.path}: signature for length {length} does not verify")
+        return VerifyReport(length, sum(r.size for r in roots), cleared, th)
+
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc: Any = None
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> None:
+    """Give zeroed bytes back to the filesystem where Linux allows it (best effort)."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        except OSError:
+            _libc = False
+    if _libc and hasattr(_libc, "fallocate"):
+        _libc.fallocate(
+            ctypes.c_int(fd),
+            ctypes.c_int(_FALLOC_FL_KEEP_SIZE | _FALLOC_FL_PUNCH_HOLE),
+            ctypes.c_long(offset),
+            ctypes.c_long(length),
+        )
+
+
+def _coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for off, n in sorted(ranges):
+        if out and out[-1][0] + out[-1][1] >= off:
+            start = out[-1][0]
+            out[-1] = (start, max(out[-1][1], off + n - start))
+        else:
+            out.append((off, n))
+    return out

@@ -1,0 +1,149 @@
+"""What the blocks of a feed mean: a hyperdb `Header` at seq 0, then entries.
+
+Two content types, declared by the header's `protocol`:
+  entry        hyperdb `Entry` blocks (key, value, deleted, + timestamp/expires_at)
+  drive-event  the same `Entry` envelope, keyed by file path, whose value is a
+               `DriveEvent` carrying hyperdrive's `Stat` and the writer timestamp;
+               no `stat` means the file was deleted.
+Blocks are decoded as `InflatedEntry`, a superset of `Entry`, so hyperdb's
+inflated blocks read too and every block re-encodes to its original bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError, EncodeError
+
+from ..errors import Corruption, InvalidArgument
+from ..pb import drive_pb2, hyperdb_pb2
+
+ENTRY = "entry"
+DRIVE_EVENT = "drive-event"
+PROTOCOLS = {ENTRY: "hyperdb", DRIVE_EVENT: "feedlog/drive-event"}
+CONTENT_TYPES = {v: k for k, v in PROTOCOLS.items()}
+STAT_FIELDS = tuple(f.name for f in drive_pb2.Stat.DESCRIPTOR.fields)
+U64_MAX = (1 << 64) - 1
+
+
+def encode_header(content_type: str) -> bytes:
+    if content_type not in PROTOCOLS:
+        raise InvalidArgument(f"unknown feed type {content_type!r}: use one of {', '.join(PROTOCOLS)}")
+    return hyperdb_pb2.Header(protocol=PROTOCOLS[content_type]).SerializeToString()
+
+
+def decode_header(block: bytes) -> str:
+    h = hyperdb_pb2.Header()
+    try:
+        h.ParseFromString(block)
+    except DecodeError as e:
+        raise Corruption(f"block 0 is not a feed header: {e}") from None
+    if h.protocol not in CONTENT_TYPES:
+        raise Corruption(f"block 0 declares unknown protocol {h.protocol!r}")
+    return CONTENT_TYPES[h.protocol]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded entry. `value` is the raw value bytes (a DriveEvent's, in drive feeds)."""
+
+    seq: int
+    key: str
+    value: bytes | None
+    deleted: bool
+    timestamp: int | None
+    expires_at: int | None
+    stat: dict[str, int] | None = None
+    cleared: bool = False
+    block: bytes | None = field(default=None, repr=False)
+
+    def expired(self, now_ms: int) -> bool:
+        return self.expires_at is not None and now_ms > self.expires_at
+
+
+def cleared_record(seq: int) -> Record:
+    return Record(seq, "", None, False, None, None, cleared=True)
+
+
+def stat_message(stat: Mapping[str, Any]) -> drive_pb2.Stat:
+    unknown = set(stat) - set(STAT_FIELDS)
+    if unknown:
+        raise InvalidArgument(f"unknown stat field(s) {', '.join(sorted(unknown))}; known: {', '.join(STAT_FIELDS)}")
+    if "mode" not in stat:
+        raise InvalidArgument("a stat needs at least `mode`")
+    try:
+        return drive_pb2.Stat(**{k: int(v) for k, v in stat.items()})
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"bad stat: {e}") from None
+
+
+def encode_entry(
+    content_type: str,
+    key: str,
+    value: bytes | Mapping[str, Any] | None,
+    *,
+    deleted: bool,
+    timestamp: int | None,
+    expires_at: int | None,
+) -> bytes:
+    e = hyperdb_pb2.Entry(key=key, trie=b"")
+    if deleted:
+        e.deleted = True
+    if expires_at is not None:
+        e.expires_at = expires_at
+    if content_type == DRIVE_EVENT:
+        ev = drive_pb2.DriveEvent()
+        if not deleted:
+            if not isinstance(value, Mapping):
+                raise InvalidArgument("a drive-event feed takes a stat (e.g. {\"mode\": 33188, \"size\": 12})")
+            ev.stat.CopyFrom(stat_message(value))
+        if timestamp is not None:
+            ev.timestamp = timestamp
+        e.value = ev.SerializeToString()
+    else:
+        if value is not None and not deleted:
+            if not isinstance(value, bytes | bytearray):
+                raise InvalidArgument("an entry feed takes bytes values")
+            e.value = bytes(value)
+        if timestamp is not None:
+            e.timestamp = timestamp
+    try:
+        return e.SerializeToString()
+    except (EncodeError, ValueError) as err:
+        raise InvalidArgument(f"cannot encode entry: {err}") from None
+
+
+def decode_entry(content_type: str, seq: int, block: bytes) -> Record:
+    e = hyperdb_pb2.InflatedEntry()
+    try:
+        e.ParseFromString(block)
+    except DecodeError as err:
+        raise Corruption(f"block {seq} is not an entry: {err}") from None
+    value = e.value if e.HasField("value") else None
+    ts = e.timestamp if e.HasField("timestamp") else None
+    stat: dict[str, int] | None = None
+    deleted = e.deleted
+    if content_type == DRIVE_EVENT:
+        ev = drive_pb2.DriveEvent()
+        try:
+            ev.ParseFromString(value or b"")
+        except DecodeError as err:
+            raise Corruption(f"block {seq} holds no DriveEvent: {err}") from None
+        if ev.HasField("timestamp"):
+            ts = ev.timestamp
+        if ev.HasField("stat"):
+            stat = {f.name: v for f, v in ev.stat.ListFields()}
+        else:
+            deleted = True
+    return Record(
+        seq,
+        e.key,
+        value,
+        deleted,
+        ts,
+        e.expires_at if e.HasField("expires_at") else None,
+        stat,
+        block=block,
+    )

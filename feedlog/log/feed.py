@@ -1,0 +1,336 @@
+"""A feed: the signed log of `core.Core` seen as timestamped entries, with a key/value view.
+
+    feed = Feed.create("data/feed", timestamps="fuzz:30s", ttl="7d")
+    feed.put("/a", b"hello")              # one durable, signed batch
+    feed.append([Write("/b", b"x"), Write("/c", deleted=True)])   # one batch
+    feed.get("/a").value                  # latest live value (None once deleted or expired)
+
+Like hyperdb on a single writer: seq 0 is the `Header`, every later block one
+entry. Timestamps follow the feed's privacy policy (`timestamps`), TTLs
+SlateDB's design (a default per feed, one per write; expired entries are hidden
+from `get` and their payloads cleared by `compact`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import Corruption, InvalidArgument
+from . import entries, storage
+from .clock import Clock, MonotonicClock, SystemClock
+from .core import Core, VerifyReport
+from .crypto import KeyPair, discovery_key
+from .entries import ENTRY, Record
+from .timestamps import TimestampPolicy, format_duration, parse_duration
+
+SETTINGS_FILE = "feed.json"
+DEFAULT_TIMESTAMPS = "truncate:1s"  # the DEP: seconds are "a good design trade-off"
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSettings:
+    """Plain, serialisable per-feed settings (components such as the clock are passed separately)."""
+
+    content_type: str = ENTRY
+    timestamps: TimestampPolicy = TimestampPolicy.parse(DEFAULT_TIMESTAMPS)
+    ttl_ms: int | None = None
+    fsync: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "type": self.content_type,
+            "timestamps": str(self.timestamps),
+            "ttl": format_duration(self.ttl_ms) if self.ttl_ms else None,
+            "fsync": "always" if self.fsync else "never",
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> FeedSettings:
+        try:
+            return cls(
+                content_type=str(raw["type"]),
+                timestamps=TimestampPolicy.parse(str(raw["timestamps"])),
+                ttl_ms=parse_duration(raw["ttl"]) if raw.get("ttl") else None,
+                fsync=raw.get("fsync", "always") != "never",
+            )
+        except (KeyError, TypeError, InvalidArgument) as e:
+            raise Corruption(f"unreadable feed settings: {e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One entry to append. `ttl_ms`/`timestamps` of None take the feed's defaults."""
+
+    key: str
+    value: bytes | Mapping[str, Any] | None = None
+    deleted: bool = False
+    ttl_ms: int | None = None
+    timestamps: TimestampPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    seq: int
+    timestamp: int | None
+    expires_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactReport:
+    cleared: int
+    bytes_cleared: int
+
+
+def _policy(p: TimestampPolicy | str | None) -> TimestampPolicy | None:
+    return TimestampPolicy.parse(p) if isinstance(p, str) else p
+
+
+def _ttl(t: int | str | None) -> int | None:
+    if t is None:
+        return None
+    ms = parse_duration(t) if isinstance(t, str) else t
+    if ms <= 0:
+        raise InvalidArgument("a TTL must be greater than zero")
+    return ms
+
+
+class Feed:
+    def __init__(self, core: Core, settings: FeedSettings, clock: Clock | None = None) -> None:
+        self.core = core
+        self.settings = settings
+        floor = settings.timestamps.clock_floor(core.max_ts)
+        self.clock = MonotonicClock(clock or SystemClock(), floor)
+        self._keys: dict[str, list[int]] | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        content_type: str = ENTRY,
+        timestamps: TimestampPolicy | str = DEFAULT_TIMESTAMPS,
+        ttl: int | str | None = None,
+        fsync: bool = True,
+        key_pair: KeyPair | None = None,
+        clock: Clock | None = None,
+    ) -> Feed:
+        header = entries.encode_header(content_type)  # validates the type before touching disk
+        policy = _policy(timestamps)
+        assert policy is not None
+        settings = FeedSettings(content_type, policy, _ttl(ttl), fsync)
+        p = Path(path)
+        core = Core.create(p, key_pair or KeyPair.generate(), fsync=fsync)
+        try:
+            storage.atomic_write(p / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode())
+            core.append([header])
+        except BaseException:
+            core.close()
+            raise
+        return cls(core, settings, clock)
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], *, writable: bool = True, clock: Clock | None = None
+    ) -> Feed:
+        p = Path(path)
+        core = Core.open(p, writable=writable)
+        try:
+            try:
+                settings = FeedSettings.from_json(json.loads((p / SETTINGS_FILE).read_text()))
+            except FileNotFoundError:
+                settings = FeedSettings()
+            except ValueError as e:
+                raise Corruption(f"{p / SETTINGS_FILE}: {e}") from None
+            if core.length:
+                header = core.get(0)
+                if header is None:
+                    raise Corruption(f"{p}: the header block was cleared")
+                settings = FeedSettings(
+                    entries.decode_header(header), settings.timestamps, settings.ttl_ms, settings.fsync
+                )
+            core.fsync = settings.fsync
+        except BaseException:
+            core.close()
+            raise
+        return cls(core, settings, clock)
+
+    def close(self) -> None:
+        self.core.close()
+
+    def __enter__(self) -> Feed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- identity -------------------------------------------------------------------
+
+    @property
+    def key(self) -> bytes:
+        return self.core.public_key
+
+    @property
+    def discovery_key(self) -> bytes:
+        return discovery_key(self.core.public_key)
+
+    @property
+    def length(self) -> int:
+        """Blocks in the feed, the header included: entries are seqs 1 .. length-1."""
+        return self.core.length
+
+    @property
+    def content_type(self) -> str:
+        return self.settings.content_type
+
+    # ---- writes ---------------------------------------------------------------------
+
+    def append(self, writes: Sequence[Write]) -> list[Appended]:
+        """Append entries as one signed batch; durable (per the fsync policy) when this returns."""
+        if not writes:
+            raise InvalidArgument("nothing to append")
+        with self.core.lock:
+            now = self.clock.now_ms()
+            start = self.core.length
+            blocks: list[bytes] = []
+            out: list[Appended] = []
+            for n, w in enumerate(writes):
+                if not isinstance(w.key, str) or not w.key:
+                    raise InvalidArgument("an entry needs a non-empty string key")
+                policy = w.timestamps or self.settings.timestamps
+                ts = policy.apply(now)
+                ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
+                expires = policy.expiry(now, ts, ttl) if ttl and not w.deleted else None
+                blocks.append(
+                    entries.encode_entry(
+                        self.content_type, w.key, w.value, deleted=w.deleted, timestamp=ts, expires_at=expires
+                    )
+                )
+                out.append(Appended(start + n, ts, expires))
+            stamped = [a.timestamp for a in out if a.timestamp is not None]
+            self.core.append(blocks, min_ts=min(stamped, default=0), max_ts=max(stamped, default=0))
+            if self._keys is not None:
+                for w, a in zip(writes, out):
+                    self._keys.setdefault(w.key, []).append(a.seq)
+            return out
+
+    def put(
+        self,
+        key: str,
+        value: bytes | Mapping[str, Any],
+        *,
+        ttl: int | str | None = None,
+        timestamps: TimestampPolicy | str | None = None,
+    ) -> Appended:
+        return self.append([Write(key, value, False, _ttl(ttl), _policy(timestamps))])[0]
+
+    def delete(self, key: str, *, timestamps: TimestampPolicy | str | None = None) -> Appended:
+        """Append a timestamped tombstone for `key`."""
+        return self.append([Write(key, None, True, None, _policy(timestamps))])[0]
+
+    # ---- reads ----------------------------------------------------------------------
+
+    def record(self, seq: int) -> Record:
+        if seq == 0:
+            raise InvalidArgument("seq 0 is the feed header, not an entry")
+        block = self.core.get(seq)
+        if block is None:
+            return entries.cleared_record(seq)
+        return entries.decode_entry(self.content_type, seq, block)
+
+    def records(self, start: int = 1, end: int | None = None) -> Iterator[Record]:
+        """Entries [start, end) in seq order; cleared blocks come back with `cleared=True`."""
+        stop = self.length if end is None else min(end, self.length)
+        for seq, block in self.core.get_range(max(start, 1), stop):
+            if block is None:
+                yield entries.cleared_record(seq)
+            else:
+                yield entries.decode_entry(self.content_type, seq, block)
+
+    def timestamp(self, seq: int) -> int | None:
+        """The writer timestamp of `seq` (untrusted data: may be absent, out of order, 1970...)."""
+        return self.record(seq).timestamp
+
+    def _index(self) -> dict[str, list[int]]:
+        if self._keys is None:
+            keys: dict[str, list[int]] = {}
+            for r in self.records():
+                if not r.cleared:
+                    keys.setdefault(r.key, []).append(r.seq)
+            self._keys = keys
+        return self._keys
+
+    def get(self, key: str) -> Record | None:
+        """The latest live entry for `key`: None if never written, deleted, or expired."""
+        seqs = self._index().get(key)
+        if not seqs:
+            return None
+        r = self.record(seqs[-1])
+        if r.deleted or r.cleared or r.expired(self.clock.now_ms()):
+            return None
+        return r
+
+    def history(self, key: str) -> list[Record]:
+        """Every entry ever written for `key`, oldest first (deletions and expired ones too)."""
+        return [self.record(s) for s in self._index().get(key, [])]
+
+    # ---- maintenance ----------------------------------------------------------------
+
+    def compact(self, *, overwritten: bool = False) -> CompactReport:
+        """Clear payloads of expired entries (and of overwritten ones, if asked).
+
+        Like SlateDB's TTL compaction filter, but the log is signed: the Merkle
+        nodes stay, so the feed and every other block still verify.
+        """
+        now = self.clock.now_ms()
+        latest: dict[str, int] = {}
+        victims: set[int] = set()
+        for r in self.records():
+            if r.cleared:
+                continue
+            if r.expired(now):
+                victims.add(r.seq)
+            elif overwritten and r.key in latest:
+                victims.add(latest[r.key])
+            latest[r.key] = r.seq
+        if not victims:
+            return CompactReport(0, 0)
+        size = sum(self.core.leaf(s).size for s in victims)
+        cleared = self.core.clear(sorted(victims))
+        self._keys = None
+        return CompactReport(cleared, size)
+
+    def verify(self) -> VerifyReport:
+        return self.core.verify()
+
+    def info(self) -> dict[str, Any]:
+        state = self.core.state
+        first = last = None
+        if self.length > 1:
+            first = self.record(1).timestamp
+            last = self.record(self.length - 1).timestamp
+        return {
+            "key": self.key.hex(),
+            "discovery_key": self.discovery_key.hex(),
+            "type": self.content_type,
+            "length": state.length,
+            "byte_length": self.core.byte_length,
+            "tree_hash": state.tree_hash.hex(),
+            "fork": state.fork,
+            "signature": state.signature.hex(),
+            "writable": self.core.can_sign,
+            "timestamps": str(self.settings.timestamps),
+            "ttl": format_duration(self.settings.ttl_ms) if self.settings.ttl_ms else None,
+            "first_timestamp": first,
+            "last_timestamp": last,
+            "min_timestamp": self.core.min_ts or None,
+            "max_timestamp": self.core.max_ts or None,
+        }
+

@@ -1,0 +1,129 @@
+"""Merkle tree state and proofs, as pure functions over nodes (no I/O).
+
+A feed of `length` blocks has one root per full subtree (`flat_tree.full_roots`);
+its tree hash covers those roots, and one Ed25519 signature over
+`crypto.tree_signable(tree_hash, length, fork)` commits to every block. A
+proof of one block is its sibling path to its root plus the other roots:
+O(log n) hashes, checkable with nothing but the feed key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..errors import Corruption, InvalidArgument, SignatureError
+from . import flat_tree
+from .crypto import Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    index: int  # flat-tree index
+    hash: bytes
+    size: int  # bytes of block data under this node
+
+
+@dataclass(frozen=True, slots=True)
+class TreeState:
+    """What a signature commits to."""
+
+    length: int
+    fork: int
+    tree_hash: bytes
+    signature: bytes
+
+    def signable(self) -> bytes:
+        return tree_signable(self.tree_hash, self.length, self.fork)
+
+
+def roots_hash(roots: Sequence[Node]) -> bytes:
+    return tree_hash((r.index, r.hash, r.size) for r in roots)
+
+
+def leaves(start: int, blocks: Sequence[bytes]) -> list[Node]:
+    return [Node(2 * (start + n), leaf_hash(b), len(b)) for n, b in enumerate(blocks)]
+
+
+def append_nodes(roots: Sequence[Node], new_leaves: Sequence[Node]) -> tuple[list[Node], list[Node]]:
+    """Add leaf nodes (consecutive, after `roots`) to a tree; return (created nodes, new roots).
+
+    Created nodes come in creation order, leaves included. Roots of a flat tree
+    have strictly decreasing depth, so a new node merges with the root to its
+    left exactly while the two have equal depth.
+    """
+    stack = list(roots)
+    depths = [flat_tree.depth(r.index) for r in stack]
+    created: list[Node] = []
+    for node in new_leaves:
+        created.append(node)
+        d = 0
+        while depths and depths[-1] == d:
+            left = stack.pop()
+            depths.pop()
+            size = left.size + node.size
+            # the parent of two siblings sits between them in flat-tree order
+            node = Node((left.index + node.index) // 2, parent_hash(left.hash, node.hash, size), size)
+            created.append(node)
+            d += 1
+        stack.append(node)
+        depths.append(d)
+    return created, stack
+
+
+def append_leaves(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) -> tuple[list[Node], list[Node]]:
+    """`append_nodes` for raw blocks with seqs start, start+1, ..."""
+    return append_nodes(roots, leaves(start, blocks))
+
+
+def nodes_for_roots(length: int, get: Callable[[int], Node]) -> list[Node]:
+    return [get(i) for i in flat_tree.full_roots(length)]
+
+
+@dataclass(frozen=True, slots=True)
+class Proof:
+    """Everything needed to check block `seq` against a signed tree state."""
+
+    seq: int
+    block: bytes
+    path: tuple[Node, ...]  # siblings from the leaf up to (not including) its root
+    roots: tuple[Node, ...]  # every root of the tree at `state.length`
+    state: TreeState
+
+
+def build_proof(seq: int, block: bytes, state: TreeState, get: Callable[[int], Node]) -> Proof:
+    if not 0 <= seq < state.length:
+        raise InvalidArgument(f"seq {seq} is outside the feed (length {state.length})")
+    roots = nodes_for_roots(state.length, get)
+    root_ids = {r.index for r in roots}
+    path: list[Node] = []
+    i = 2 * seq
+    while i not in root_ids:
+        path.append(get(flat_tree.sibling(i)))
+        i = flat_tree.parent(i)
+    return Proof(seq, block, tuple(path), tuple(roots), state)
+
+
+def verify_proof(proof: Proof, public_key: bytes, verifier: Verifier | None = None) -> None:
+    """Raise `Corruption`/`SignatureError` unless `proof.block` is block `seq` of the signed feed."""
+    state = proof.state
+    if not 0 <= proof.seq < state.length:
+        raise Corruption(f"proof for seq {proof.seq} does not fit length {state.length}")
+    expected = flat_tree.full_roots(state.length)
+    if [r.index for r in proof.roots] != expected:
+        raise Corruption("proof roots do not match the signed length")
+    node = Node(2 * proof.seq, leaf_hash(proof.block), len(proof.block))
+    for sib in proof.path:
+        if sib.index != flat_tree.sibling(node.index):
+            raise Corruption(f"proof node {sib.index} is not the sibling of {node.index}")
+        left, right = (node, sib) if node.index < sib.index else (sib, node)
+        size = left.size + right.size
+        node = Node(flat_tree.parent(node.index), parent_hash(left.hash, right.hash, size), size)
+    root = next((r for r in proof.roots if r.index == node.index), None)
+    if root is None or root.hash != node.hash or root.size != node.size:
+        raise Corruption(f"block {proof.seq} does not hash to the signed tree")
+    if roots_hash(proof.roots) != state.tree_hash:
+        raise Corruption("roots do not hash to the signed tree hash")
+    v = verifier or Verifier(public_key)
+    if not v.verify(state.signature, state.signable()):
+        raise SignatureError(f"signature over length {state.length} does not verify with the feed key")

@@ -1,0 +1,144 @@
+"""On-disk formats of one feed directory.
+
+    log         the source of truth: one record per appended batch (blocks +
+                the signed tree state), CRC-protected; a batch is acknowledged
+                once its record is durable.
+    tree        flat-tree nodes, 40 bytes at offset 40*index (hash, u64le size)
+    index       per seq, 16 bytes: u64le log offset of the block, u32le
+                length, u32le flags (bit 0: payload cleared by compaction)
+    checkpoint  JSON: tree and index are durable up to `length`, the log is
+                valid up to `log_offset`; replaced atomically
+
+`tree` and `index` are caches of the log past the checkpoint: a writer
+rebuilds them from the log records after the checkpoint when it opens the
+feed, so they need no fsync per append. Only one fsync (the log's) makes a
+batch durable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Corruption
+
+LOG = "log"
+TREE = "tree"
+INDEX = "index"
+CHECKPOINT = "checkpoint"
+
+MAGIC = b"FLB1"
+# magic, body length, start seq, count, fork, length, min ts, max ts, tree hash, signature
+_HEAD = struct.Struct("<4sIQIQQQQ32s64s")
+_CRC = struct.Struct("<I")
+NODE = struct.Struct("<32sQ")
+INDEX_ENTRY = struct.Struct("<QII")
+CLEARED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    offset: int  # where the record starts in the log
+    start: int
+    fork: int
+    length: int
+    min_ts: int  # 0: no timestamped block in the batch
+    max_ts: int
+    tree_hash: bytes
+    signature: bytes
+    block_offsets: tuple[int, ...]  # absolute log offsets of the blocks
+    block_lengths: tuple[int, ...]
+    end: int  # offset just past the record
+
+
+def encode_batch(
+    start: int, blocks: list[bytes], fork: int, tree_hash: bytes, signature: bytes, min_ts: int, max_ts: int
+) -> tuple[bytes, int]:
+    """Return the record bytes and the offset of the first block within them."""
+    count = len(blocks)
+    lengths = struct.pack(f"<{count}I", *map(len, blocks))
+    payload = b"".join(blocks)
+    body_len = _HEAD.size - 8 + len(lengths) + len(payload)
+    head = _HEAD.pack(MAGIC, body_len, start, count, fork, start + count, min_ts, max_ts, tree_hash, signature)
+    rec = b"".join((head, lengths, payload))
+    return rec + _CRC.pack(zlib.crc32(rec)), _HEAD.size + len(lengths)
+
+
+def decode_batch(buf: bytes | memoryview, offset: int) -> BatchRecord | None:
+    """Decode the record at `buf[0:]` (which starts at log `offset`); None if torn or invalid."""
+    if len(buf) < _HEAD.size + _CRC.size:
+        return None
+    magic, body_len, start, count, fork, length, min_ts, max_ts, th, sig = _HEAD.unpack_from(buf, 0)
+    total = 8 + body_len + _CRC.size
+    if magic != MAGIC or len(buf) < total or length != start + count:
+        return None
+    (crc,) = _CRC.unpack_from(buf, total - _CRC.size)
+    if zlib.crc32(buf[: total - _CRC.size]) != crc:
+        return None
+    lengths = struct.unpack_from(f"<{count}I", buf, _HEAD.size)
+    offsets = []
+    pos = offset + _HEAD.size + 4 * count
+    for n in lengths:
+        offsets.append(pos)
+        pos += n
+    if pos != offset + total - _CRC.size:
+        return None
+    return BatchRecord(offset, start, fork, length, min_ts, max_ts, th, sig, tuple(offsets), lengths, offset + total)
+
+
+def record_size(buf: bytes) -> int | None:
+    """Total size of the record starting at buf, from its header, or None."""
+    if len(buf) < 8 or buf[:4] != MAGIC:
+        return None
+    return 8 + int.from_bytes(buf[4:8], "little") + _CRC.size
+
+
+HEAD_SIZE = _HEAD.size
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    length: int = 0
+    log_offset: int = 0
+    last_record: int = -1  # offset of the newest record at or before log_offset; -1: none
+    min_ts: int = 0
+    max_ts: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint:
+        try:
+            raw = json.loads(path.read_text())
+            return cls(**{k: int(raw[k]) for k in cls.__dataclass_fields__})
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, KeyError, TypeError) as e:
+            raise Corruption(f"{path}: unreadable checkpoint ({e})") from None
+
+    def store(self, path: Path) -> None:
+        fields = {k: getattr(self, k) for k in Checkpoint.__dataclass_fields__}
+        atomic_write(path, json.dumps(fields).encode())
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write a whole file or nothing: temp file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

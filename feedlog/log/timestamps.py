@@ -1,0 +1,102 @@
+"""Writer-timestamp privacy policies (hyperdb timestamps DEP, "Privacy and Security Concerns").
+
+A writer timestamp can de-anonymise its writer: it leaks the time zone, usage
+habits and, at high resolution, correlates with network traffic. So a feed
+records one only as its policy allows:
+
+    off            no timestamp field at all (nothing leaks, nothing to sort by)
+    exact          the clock reading, ms since the Unix epoch, UTC
+    truncate:<u>   rounded down to a multiple of u (1s, 1m, 1h, 1d...): hides
+                   sub-unit timing (e.g. keystroke/network correlation)
+    fuzz:<max>     uniform random error in [-max, +max] from a CSPRNG: hides
+                   the precise moment while keeping a rough order
+
+Expiry times (TTL) go through the same policy, so `expires_at - ttl` never
+reveals more than the timestamp itself would.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import InvalidArgument
+
+UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+#: with `off` an expiry is still needed for TTL; round it up this far so it does not pin the write time
+OFF_EXPIRY_GRANULARITY_MS = 60_000
+
+
+def parse_duration(text: str) -> int:
+    """'30s' -> 30000. Units: ms, s, m, h, d. Must be positive."""
+    m = _DURATION.match(text)
+    if not m:
+        raise InvalidArgument(f"bad duration {text!r}: use a whole number and a unit (ms, s, m, h, d), e.g. 30s")
+    ms = int(m.group(1)) * UNITS_MS[m.group(2)]
+    if ms <= 0:
+        raise InvalidArgument(f"bad duration {text!r}: must be greater than zero")
+    return ms
+
+
+def format_duration(ms: int) -> str:
+    for unit in ("d", "h", "m", "s"):
+        if ms % UNITS_MS[unit] == 0:
+            return f"{ms // UNITS_MS[unit]}{unit}"
+    return f"{ms}ms"
+
+
+Kind = Literal["off", "exact", "truncate", "fuzz"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampPolicy:
+    kind: Kind
+    amount_ms: int = 0  # the unit of `truncate`, the max error of `fuzz`
+
+    @classmethod
+    def parse(cls, text: str) -> TimestampPolicy:
+        t = text.strip().lower()
+        if t in ("off", "exact"):
+            return cls(t)  # type: ignore[arg-type]
+        kind, sep, arg = t.partition(":")
+        if sep and kind in ("truncate", "fuzz"):
+            return cls(kind, parse_duration(arg))  # type: ignore[arg-type]
+        raise InvalidArgument(f"bad timestamp policy {text!r}: use off, exact, truncate:<unit> or fuzz:<max>")
+
+    def __str__(self) -> str:
+        return self.kind if self.kind in ("off", "exact") else f"{self.kind}:{format_duration(self.amount_ms)}"
+
+    def apply(self, now_ms: int) -> int | None:
+        """The timestamp to record for a write at clock reading `now_ms`, or None."""
+        if self.kind == "off":
+            return None
+        if self.kind == "exact":
+            return now_ms
+        if self.kind == "truncate":
+            return now_ms - now_ms % self.amount_ms
+        err = secrets.randbelow(2 * self.amount_ms + 1) - self.amount_ms
+        return max(0, now_ms + err)
+
+    def expiry(self, now_ms: int, stamped: int | None, ttl_ms: int) -> int:
+        """When a write made now with TTL `ttl_ms` expires, revealing no more than `stamped`."""
+        if self.kind == "exact":
+            return now_ms + ttl_ms
+        if self.kind == "fuzz":
+            assert stamped is not None
+            return stamped + ttl_ms
+        unit = self.amount_ms if self.kind == "truncate" else OFF_EXPIRY_GRANULARITY_MS
+        # round up: a TTL may run a little long, never short
+        end = now_ms + ttl_ms
+        return end + (-end) % unit
+
+    def clock_floor(self, max_written: int) -> int:
+        """A lower bound on the true clock reading behind the largest timestamp written.
+
+        Truncated and exact values never exceed the reading; a fuzzed one can
+        exceed it by at most `amount_ms`. Seeding the clock with this keeps
+        fuzz from ratcheting the clock forward across reopens.
+        """
+        return max(0, max_written - self.amount_ms) if self.kind == "fuzz" else max_written

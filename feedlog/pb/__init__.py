@@ -1,0 +1,1 @@
+"""Generated protobuf modules (tools/gen_proto.py). Do not edit."""

@@ -1,0 +1,68 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from feedlog.errors import InvalidArgument
+from feedlog.log.timestamps import TimestampPolicy, format_duration, parse_duration
+
+NOW = st.integers(min_value=0, max_value=1 << 50)
+
+
+def test_parse_and_format() -> None:
+    assert parse_duration("30s") == 30_000 and parse_duration("5m") == 300_000 and parse_duration("1d") == 86_400_000
+    assert format_duration(90_000) == "90s" and format_duration(3_600_000) == "1h"
+    for bad in ("", "10", "1w", "-1s", "0s", "1.5s", "s"):
+        with pytest.raises(InvalidArgument):
+            parse_duration(bad)
+    for text in ("off", "exact", "truncate:1s", "truncate:1h", "fuzz:30s", "fuzz:5m"):
+        assert str(TimestampPolicy.parse(text)) == text
+    for bad in ("sometimes", "truncate", "truncate:", "fuzz:0s", "exact:1s", "truncate:x"):
+        with pytest.raises(InvalidArgument):
+            TimestampPolicy.parse(bad)
+
+
+@given(NOW)
+def test_off_and_exact(now: int) -> None:
+    assert TimestampPolicy.parse("off").apply(now) is None
+    assert TimestampPolicy.parse("exact").apply(now) == now
+
+
+@given(NOW, st.sampled_from(["1s", "1m", "1h", "1d"]))
+def test_truncate_hides_sub_unit_time(now: int, unit: str) -> None:
+    p = TimestampPolicy.parse(f"truncate:{unit}")
+    ts = p.apply(now)
+    assert ts is not None and ts <= now < ts + p.amount_ms and ts % p.amount_ms == 0
+    # every reading in the same unit maps to the same value: nothing inside the unit leaks
+    assert p.apply(ts + p.amount_ms - 1) == ts
+    assert p.clock_floor(ts) == ts <= now
+
+
+@given(NOW, st.sampled_from(["1s", "30s", "5m"]))
+def test_fuzz_stays_within_bound(now: int, bound: str) -> None:
+    p = TimestampPolicy.parse(f"fuzz:{bound}")
+    ts = p.apply(now)
+    assert ts is not None and abs(ts - now) <= p.amount_ms or ts == 0
+    assert p.clock_floor(ts) <= now  # seeding from a fuzzed value never jumps past the true clock
+
+
+def test_fuzz_is_random_and_uses_the_whole_range() -> None:
+    p = TimestampPolicy.parse("fuzz:1s")
+    now = 10_000_000
+    seen = {p.apply(now) for _ in range(400)}
+    assert len(seen) > 200
+    assert min(seen) < now - 500 and max(seen) > now + 500  # type: ignore[operator]
+
+
+@given(NOW, st.integers(min_value=1, max_value=1 << 35))
+def test_expiry_never_reveals_more_than_the_timestamp(now: int, ttl: int) -> None:
+    exact = TimestampPolicy.parse("exact")
+    assert exact.expiry(now, now, ttl) == now + ttl
+    trunc = TimestampPolicy.parse("truncate:1m")
+    e = trunc.expiry(now, trunc.apply(now), ttl)
+    assert e >= now + ttl and e % 60_000 == 0  # never early, and only minute resolution
+    fuzz = TimestampPolicy.parse("fuzz:30s")
+    ts = fuzz.apply(now)
+    assert fuzz.expiry(now, ts, ttl) == (ts or 0) + ttl
+    off = TimestampPolicy.parse("off")
+    e = off.expiry(now, None, ttl)
+    assert e >= now + ttl and e % 60_000 == 0
