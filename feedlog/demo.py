@@ -41,7 +41,8 @@ def run_demo(workdir: str | None = None) -> None:
     feed.put("/config/mode", b"fast", ttl="7d")
     feed.put("/session/token", b"short-lived", ttl="5m")
     feed.delete("/sensor/7")
-    print(f"length {feed.length} blocks, {feed.core.byte_length} bytes, signed root {feed.core.state.tree_hash.hex()[:16]}...")
+    root = feed.core.state.tree_hash.hex()[:16]
+    print(f"length {feed.length} blocks, {feed.core.byte_length} bytes, signed root {root}...")
 
     step("read back: latest values, history, writer timestamps (untrusted, fuzzed)")
     now = clock.now_ms()
@@ -49,7 +50,9 @@ def run_demo(workdir: str | None = None) -> None:
         print(record_line(r, now))
     got = feed.get("/sensor/42")
     print(f"get /sensor/42 -> {got.value.decode() if got and got.value else None}")
-    print(f"get /sensor/7 -> {feed.get('/sensor/7')} (deleted; {len(feed.history('/sensor/7'))} entries in its history)")
+    print(
+        f"get /sensor/7 -> {feed.get('/sensor/7')} (deleted; {len(feed.history('/sensor/7'))} entries in its history)"
+    )
     print(f"timestamp of seq 1: {fmt_ts(feed.timestamp(1))}")
 
     step("prove one entry to someone who has only the public key")

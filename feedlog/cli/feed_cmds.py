@@ -212,8 +212,11 @@ def cmd_append(ns: argparse.Namespace) -> None:
     finally:
         if src is not sys.stdin:
             src.close()
-    emit(ns, {"appended": done, "first_seq": first, "last_seq": last, "length": length},
-         f"appended {done} entries (seq {first}..{last}), length {length}" if done else "nothing appended")
+    emit(
+        ns,
+        {"appended": done, "first_seq": first, "last_seq": last, "length": length},
+        f"appended {done} entries (seq {first}..{last}), length {length}" if done else "nothing appended",
+    )
 
 
 def cmd_get(ns: argparse.Namespace) -> int:
@@ -279,8 +282,11 @@ def cmd_info(ns: argparse.Namespace) -> None:
 def cmd_timestamp(ns: argparse.Namespace) -> int:
     with opened(ns.path) as feed:
         ts = feed.timestamp(ns.seq)
-    emit(ns, {"seq": ns.seq, "timestamp": ts, "iso": None if ts is None else fmt_ts(ts)},
-         f"{ts}\t{fmt_ts(ts)}" if ts is not None else "no timestamp")
+    emit(
+        ns,
+        {"seq": ns.seq, "timestamp": ts, "iso": None if ts is None else fmt_ts(ts)},
+        f"{ts}\t{fmt_ts(ts)}" if ts is not None else "no timestamp",
+    )
     return 0
 
 
@@ -288,16 +294,29 @@ def cmd_verify(ns: argparse.Namespace) -> None:
     with opened(ns.path) as feed:
         rep = feed.verify()
         key = feed.key.hex()
-    data = {"ok": True, "key": key, "length": rep.length, "byte_length": rep.byte_length,
-            "cleared": rep.cleared, "tree_hash": rep.tree_hash.hex()}
-    emit(ns, data, f"ok: {rep.length} blocks ({rep.byte_length} bytes, {rep.cleared} cleared) verify against the signed root")
+    data = {
+        "ok": True,
+        "key": key,
+        "length": rep.length,
+        "byte_length": rep.byte_length,
+        "cleared": rep.cleared,
+        "tree_hash": rep.tree_hash.hex(),
+    }
+    emit(
+        ns,
+        data,
+        f"ok: {rep.length} blocks ({rep.byte_length} bytes, {rep.cleared} cleared) verify against the signed root",
+    )
 
 
 def cmd_compact(ns: argparse.Namespace) -> None:
     with opened(ns.path, writable=True) as feed:
         rep = feed.compact(overwritten=ns.overwritten)
-    emit(ns, {"cleared": rep.cleared, "bytes_cleared": rep.bytes_cleared},
-         f"cleared {rep.cleared} blocks ({rep.bytes_cleared} bytes); Merkle nodes kept")
+    emit(
+        ns,
+        {"cleared": rep.cleared, "bytes_cleared": rep.bytes_cleared},
+        f"cleared {rep.cleared} blocks ({rep.bytes_cleared} bytes); Merkle nodes kept",
+    )
 
 
 def cmd_demo(ns: argparse.Namespace) -> None:
@@ -320,11 +339,17 @@ def register(sub: Any) -> None:
 
     p = add("create", cmd_create, "create a new feed (generates its Ed25519 key pair)")
     p.add_argument("path")
-    p.add_argument("--timestamps", default=DEFAULT_TIMESTAMPS, metavar="POLICY",
-                   help=f"off | exact | truncate:<unit> | fuzz:<max> (default {DEFAULT_TIMESTAMPS})")
+    p.add_argument(
+        "--timestamps",
+        default=DEFAULT_TIMESTAMPS,
+        metavar="POLICY",
+        help=f"off | exact | truncate:<unit> | fuzz:<max> (default {DEFAULT_TIMESTAMPS})",
+    )
     p.add_argument("--ttl", metavar="DURATION", help="default time-to-live of entries, e.g. 7d")
     p.add_argument("--type", default="entry", choices=list(PROTOCOLS), help="content type (default entry)")
-    p.add_argument("--no-fsync", action="store_true", help="do not fsync appends (faster, loses the tail on power loss)")
+    p.add_argument(
+        "--no-fsync", action="store_true", help="do not fsync appends (faster, loses the tail on power loss)"
+    )
     json_flag(p)
 
     p = add("put", cmd_put, "append one entry (key = value)")
@@ -344,10 +369,16 @@ def register(sub: Any) -> None:
 
     p = add("append", cmd_append, "bulk-append JSON lines, one signed batch per --batch lines")
     p.add_argument("path")
-    p.add_argument("--jsonl", required=True, metavar="FILE",
-                   help='file or - for stdin; lines like {"key": "k", "value": "v", "ttl": "1h"} '
-                        '(or "value_hex", "deleted": true, "stat": {...}, "timestamps": POLICY)')
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"entries per signed batch (default {DEFAULT_BATCH})")
+    p.add_argument(
+        "--jsonl",
+        required=True,
+        metavar="FILE",
+        help='file or - for stdin; lines like {"key": "k", "value": "v", "ttl": "1h"} '
+        '(or "value_hex", "deleted": true, "stat": {...}, "timestamps": POLICY)',
+    )
+    p.add_argument(
+        "--batch", type=int, default=DEFAULT_BATCH, help=f"entries per signed batch (default {DEFAULT_BATCH})"
+    )
     json_flag(p)
 
     p = add("get", cmd_get, "print the latest live value of a key")

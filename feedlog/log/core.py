@@ -11,6 +11,7 @@ is the commit point; everything else is rebuilt from it after a crash.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import fcntl
@@ -109,10 +110,8 @@ class Core:
         if len(public_key) != 32:
             raise Corruption(f"{p / KEY_FILE}: expected a 32-byte key, found {len(public_key)} bytes")
         seed: bytes | None = None
-        try:
+        with contextlib.suppress(FileNotFoundError):
             seed = (p / SECRET_FILE).read_bytes()
-        except FileNotFoundError:
-            pass
         if seed is not None and KeyPair.from_seed(seed).public_key != public_key:
             raise Corruption(f"{p / SECRET_FILE}: secret key does not match the feed key")
         core = cls(p, public_key, seed, writable=writable, fsync=fsync)
@@ -300,7 +299,10 @@ class Core:
             rec = storage.decode_batch(buf[pos:], self._log_end)
             if rec is None or rec.start != self.length:
                 break  # a torn tail (or garbage): never served, truncated by a writer
-            blocks = [bytes(buf[o - self._log_end : o - self._log_end + n]) for o, n in zip(rec.block_offsets, rec.block_lengths)]
+            blocks = [
+                bytes(buf[o - self._log_end : o - self._log_end + n])
+                for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)
+            ]
             created, roots = merkle.append_leaves(self._roots, rec.start, blocks)
             state = TreeState(rec.length, rec.fork, rec.tree_hash, rec.signature)
             if merkle.roots_hash(roots) != rec.tree_hash or not self.verifier.verify(rec.signature, state.signable()):
@@ -308,7 +310,7 @@ class Core:
             if self.writable:
                 self._write_nodes(created)
                 entries = b"".join(
-                    storage.INDEX_ENTRY.pack(o, n, 0) for o, n in zip(rec.block_offsets, rec.block_lengths)
+                    storage.INDEX_ENTRY.pack(o, n, 0) for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)
                 )
                 os.pwrite(self._index, entries, rec.start * storage.INDEX_ENTRY.size)
             self._roots, self._state = roots, state

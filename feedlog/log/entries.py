@@ -31,7 +31,7 @@ U64_MAX = (1 << 64) - 1
 def encode_header(content_type: str) -> bytes:
     if content_type not in PROTOCOLS:
         raise InvalidArgument(f"unknown feed type {content_type!r}: use one of {', '.join(PROTOCOLS)}")
-    return hyperdb_pb2.Header(protocol=PROTOCOLS[content_type]).SerializeToString()
+    return bytes(hyperdb_pb2.Header(protocol=PROTOCOLS[content_type]).SerializeToString())
 
 
 def decode_header(block: bytes) -> str:
@@ -97,7 +97,7 @@ def encode_entry(
         ev = drive_pb2.DriveEvent()
         if not deleted:
             if not isinstance(value, Mapping):
-                raise InvalidArgument("a drive-event feed takes a stat (e.g. {\"mode\": 33188, \"size\": 12})")
+                raise InvalidArgument('a drive-event feed takes a stat (e.g. {"mode": 33188, "size": 12})')
             ev.stat.CopyFrom(stat_message(value))
         if timestamp is not None:
             ev.timestamp = timestamp
@@ -110,7 +110,7 @@ def encode_entry(
         if timestamp is not None:
             e.timestamp = timestamp
     try:
-        return e.SerializeToString()
+        return bytes(e.SerializeToString())
     except (EncodeError, ValueError) as err:
         raise InvalidArgument(f"cannot encode entry: {err}") from None
 

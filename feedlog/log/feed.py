@@ -30,6 +30,7 @@ from .timestamps import TimestampPolicy, format_duration, parse_duration
 
 SETTINGS_FILE = "feed.json"
 DEFAULT_TIMESTAMPS = "truncate:1s"  # the DEP: seconds are "a good design trade-off"
+_DEFAULT_POLICY = TimestampPolicy("truncate", 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class FeedSettings:
     """Plain, serialisable per-feed settings (components such as the clock are passed separately)."""
 
     content_type: str = ENTRY
-    timestamps: TimestampPolicy = TimestampPolicy.parse(DEFAULT_TIMESTAMPS)
+    timestamps: TimestampPolicy = _DEFAULT_POLICY
     ttl_ms: int | None = None
     fsync: bool = True
 
@@ -137,9 +138,7 @@ class Feed:
         return cls(core, settings, clock)
 
     @classmethod
-    def open(
-        cls, path: str | os.PathLike[str], *, writable: bool = True, clock: Clock | None = None
-    ) -> Feed:
+    def open(cls, path: str | os.PathLike[str], *, writable: bool = True, clock: Clock | None = None) -> Feed:
         p = Path(path)
         core = Core.open(p, writable=writable)
         try:
@@ -217,7 +216,7 @@ class Feed:
             stamped = [a.timestamp for a in out if a.timestamp is not None]
             self.core.append(blocks, min_ts=min(stamped, default=0), max_ts=max(stamped, default=0))
             if self._keys is not None:
-                for w, a in zip(writes, out):
+                for w, a in zip(writes, out, strict=True):
                     self._keys.setdefault(w.key, []).append(a.seq)
             return out
 
@@ -333,4 +332,3 @@ class Feed:
             "min_timestamp": self.core.min_ts or None,
             "max_timestamp": self.core.max_ts or None,
         }
-

@@ -100,7 +100,7 @@ def test_garbage_after_the_last_record_is_dropped(tmp_path: Path) -> None:
 def test_flipped_bit_in_a_block_is_detected_on_read_and_verify(tmp_path: Path) -> None:
     p = make(tmp_path)
     with Core.open(p, writable=False) as c:
-        off, n, _ = c._entry(4)
+        off, _n, _ = c._entry(4)
     with open(p / storage.LOG, "r+b") as f:
         f.seek(off + 2)
         b = f.read(1)
@@ -127,7 +127,7 @@ def test_tampered_log_record_signature_fails_recovery(tmp_path: Path) -> None:
     from feedlog.log.crypto import Signer
 
     bad_sig = Signer(other.seed or b"").sign(merkle.TreeState(rec.length, 0, rec.tree_hash, b"").signable())
-    blocks_ = [bytes(raw[o : o + n]) for o, n in zip(rec.block_offsets, rec.block_lengths)]
+    blocks_ = [bytes(raw[o : o + n]) for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)]
     rebuilt, _ = storage.encode_batch(0, blocks_, 0, rec.tree_hash, bad_sig, 0, 0)
     (p / storage.LOG).write_bytes(rebuilt)
     with pytest.raises(Corruption, match="signature"):
@@ -138,7 +138,7 @@ def test_append_signed_verifies_before_storing(tmp_path: Path) -> None:
     src = make(tmp_path, n=6)
     with Core.open(src, writable=False) as s:
         state = s.state
-        data = [b for _, b in s.get_range(0, 6)]
+        data = [b or b"" for _, b in s.get_range(0, 6)]
     replica = tmp_path / "replica"
     with Core.create(replica, KeyPair(KP.public_key, None)) as r:
         with pytest.raises(SignatureError):
@@ -174,7 +174,7 @@ def test_checkpoint_interval_bounds_recovery(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(core_mod, "CHECKPOINT_BYTES", 200)
     p = tmp_path / "f"
     with Core.create(p, KP) as c:
-        for i in range(20):
+        for _i in range(20):
             c.append([b"y" * 50])
         ck = storage.Checkpoint.load(p / storage.CHECKPOINT)
         assert ck.length > 10  # checkpoints happened along the way, not only at close

@@ -31,7 +31,7 @@ def test_clock_is_unpacked_and_required_fields_enforced() -> None:
     e = hyperdb_pb2.Entry(key="k", trie=b"", clock=[1, 2])
     # unpacked repeated uint64 (proto2 default): one tag per element, as hyperdb writes it
     assert e.SerializeToString() == bytes.fromhex("0a016b2200280128 02".replace(" ", ""))
-    with pytest.raises(Exception, match="key|trie"):
+    with pytest.raises(Exception, match=r"key|trie"):
         hyperdb_pb2.Entry(value=b"x").SerializeToString()
 
 
@@ -49,27 +49,42 @@ def test_entry_roundtrip_with_timestamp() -> None:
     r = entries.decode_entry(entries.ENTRY, 7, raw)
     assert (r.seq, r.key, r.value, r.timestamp, r.expires_at, r.deleted) == (7, "k", b"v", 1234, None, False)
     # absent timestamp stays absent (not 0): readers must tell "none" from 1970
-    r0 = entries.decode_entry(entries.ENTRY, 1, entries.encode_entry(entries.ENTRY, "k", b"", deleted=False, timestamp=None, expires_at=None))
+    r0 = entries.decode_entry(
+        entries.ENTRY, 1, entries.encode_entry(entries.ENTRY, "k", b"", deleted=False, timestamp=None, expires_at=None)
+    )
     assert r0.timestamp is None and r0.value == b""
-    epoch = entries.decode_entry(entries.ENTRY, 1, entries.encode_entry(entries.ENTRY, "k", b"", deleted=False, timestamp=0, expires_at=None))
+    epoch = entries.decode_entry(
+        entries.ENTRY, 1, entries.encode_entry(entries.ENTRY, "k", b"", deleted=False, timestamp=0, expires_at=None)
+    )
     assert epoch.timestamp == 0
 
 
 def test_drive_events_and_timestamped_deletions() -> None:
-    put = entries.encode_entry(entries.DRIVE_EVENT, "/f.txt", {"mode": 0o100644, "size": 5, "mtime": 9},
-                               deleted=False, timestamp=77, expires_at=None)
+    put = entries.encode_entry(
+        entries.DRIVE_EVENT,
+        "/f.txt",
+        {"mode": 0o100644, "size": 5, "mtime": 9},
+        deleted=False,
+        timestamp=77,
+        expires_at=None,
+    )
     rec = entries.decode_entry(entries.DRIVE_EVENT, 1, put)
     assert rec.stat == {"mode": 0o100644, "size": 5, "mtime": 9} and rec.timestamp == 77 and not rec.deleted
     ev = drive_pb2.DriveEvent()
     ev.ParseFromString(rec.value or b"")
     assert ev.timestamp == 77 and ev.stat.size == 5
-    gone = entries.decode_entry(entries.DRIVE_EVENT, 2, entries.encode_entry(
-        entries.DRIVE_EVENT, "/f.txt", None, deleted=True, timestamp=78, expires_at=None))
+    gone = entries.decode_entry(
+        entries.DRIVE_EVENT,
+        2,
+        entries.encode_entry(entries.DRIVE_EVENT, "/f.txt", None, deleted=True, timestamp=78, expires_at=None),
+    )
     assert gone.deleted and gone.stat is None and gone.timestamp == 78
     with pytest.raises(InvalidArgument, match="mode"):
         entries.encode_entry(entries.DRIVE_EVENT, "/f", {"size": 1}, deleted=False, timestamp=None, expires_at=None)
     with pytest.raises(InvalidArgument, match="unknown stat"):
-        entries.encode_entry(entries.DRIVE_EVENT, "/f", {"mode": 1, "colour": 2}, deleted=False, timestamp=None, expires_at=None)
+        entries.encode_entry(
+            entries.DRIVE_EVENT, "/f", {"mode": 1, "colour": 2}, deleted=False, timestamp=None, expires_at=None
+        )
 
 
 def test_garbage_is_corruption_not_a_crash() -> None:
