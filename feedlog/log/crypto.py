@@ -46,14 +46,21 @@ def _namespace(name: bytes, ident: int) -> bytes:
 TREE_NS = _namespace(b"hypercore", 0)
 
 
+_LEAF_PREFIX = struct.Struct("<BQ")
+_PARENT = struct.Struct("<BQ32s32s")
+_blake2b = hashlib.blake2b
+
+
 def leaf_hash(block: bytes) -> bytes:
     """H(0x00 || u64le(len(block)) || block)."""
-    return _h(LEAF_TYPE, _U64.pack(len(block)), block)
+    h = _blake2b(_LEAF_PREFIX.pack(0, len(block)), digest_size=HASH_SIZE)
+    h.update(block)
+    return h.digest()
 
 
 def parent_hash(left: bytes, right: bytes, size: int) -> bytes:
     """H(0x01 || u64le(size_left + size_right) || left || right); `size` is the byte total."""
-    return _h(PARENT_TYPE, _U64.pack(size), left, right)
+    return _blake2b(_PARENT.pack(1, size, left, right), digest_size=HASH_SIZE).digest()
 
 
 def tree_hash(roots: Iterable[tuple[int, bytes, int]]) -> bytes:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import Corruption, InvalidArgument, SignatureError
 from . import flat_tree
 from .crypto import Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
+class Node(NamedTuple):
+    # a tuple, not a frozen dataclass: two are built per appended block, and tuples build ~5x faster
     index: int  # flat-tree index
     hash: bytes
     size: int  # bytes of block data under this node

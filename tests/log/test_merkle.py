@@ -51,7 +51,7 @@ def test_every_block_proves_and_tampering_fails(blocks: list[bytes], batches: li
         merkle.verify_proof(replace(proof, block=blocks[seq] + b"x"), KP.public_key)
     if proof.path:
         k = data.draw(st.integers(min_value=0, max_value=len(proof.path) - 1))
-        bad = replace(proof.path[k], hash=bytes(32))
+        bad = proof.path[k]._replace(hash=bytes(32))
         with pytest.raises(Corruption):
             merkle.verify_proof(replace(proof, path=(*proof.path[:k], bad, *proof.path[k + 1 :])), KP.public_key)
     with pytest.raises(SignatureError):
