@@ -20,7 +20,7 @@ from .crypto import Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
 
 class Node(NamedTuple):
     # a tuple, not a frozen dataclass: two are built per appended block, and tuples build ~5x faster
-    index: int  # flat-tree index
+    index: int  # type: ignore[assignment]  # flat-tree index (shadows tuple.index, unused here)
     hash: bytes
     size: int  # bytes of block data under this node
 
