@@ -182,12 +182,21 @@ def cmd_append(ns: argparse.Namespace) -> None:
     if ns.batch < 1:
         raise InvalidArgument("--batch must be at least 1")
     src: IO[str] = sys.stdin if ns.jsonl == "-" else open(ns.jsonl, encoding="utf-8")  # noqa: SIM115
+    seqs: list[int] = []  # first and last seq appended
     done = 0
-    first = last = None
     progress = Progress(sys.stderr)
     try:
         with opened(ns.path, writable=True) as feed:
             batch: list[Write] = []
+
+            def flush() -> None:
+                nonlocal batch, done
+                out = feed.append(batch)
+                seqs[:] = [seqs[0] if seqs else out[0].seq, out[-1].seq]
+                done += len(batch)
+                batch = []
+                progress.update(done)
+
             for lineno, line in enumerate(src, 1):
                 if not line.strip():
                     continue
@@ -196,22 +205,15 @@ def cmd_append(ns: argparse.Namespace) -> None:
                 except InvalidArgument as e:
                     raise InvalidArgument(f"{e} ({done} entries before it were appended)") from None
                 if len(batch) >= ns.batch:
-                    out = feed.append(batch)
-                    first = out[0].seq if first is None else first
-                    last = out[-1].seq
-                    done += len(batch)
-                    batch = []
-                    progress.update(done)
+                    flush()
             if batch:
-                out = feed.append(batch)
-                first = out[0].seq if first is None else first
-                last = out[-1].seq
-                done += len(batch)
+                flush()
             progress.update(done, final=True)
             length = feed.length
     finally:
         if src is not sys.stdin:
             src.close()
+    first, last = seqs if seqs else (None, None)
     emit(
         ns,
         {"appended": done, "first_seq": first, "last_seq": last, "length": length},

@@ -166,6 +166,8 @@ class Core:
         """Append one batch signed with this feed's secret key; durable on return (fsync policy)."""
         if self._signer is None:
             raise ReadOnly(f"{self.path}: no secret key here, cannot append")
+        if not self.writable:
+            raise ReadOnly(f"{self.path}: opened read-only")
         with self.lock:
             start = self._state.length
             created, roots = merkle.append_leaves(self._roots, start, blocks)

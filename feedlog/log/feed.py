@@ -105,7 +105,8 @@ class Feed:
     def __init__(self, core: Core, settings: FeedSettings, clock: Clock | None = None) -> None:
         self.core = core
         self.settings = settings
-        floor = settings.timestamps.clock_floor(core.max_ts)
+        # seed from our own persisted timestamps only: a replica's were written by another clock
+        floor = settings.timestamps.clock_floor(core.max_ts) if core.can_sign else 0
         self.clock = MonotonicClock(clock or SystemClock(), floor)
         self._keys: dict[str, list[int]] | None = None
 

@@ -149,3 +149,18 @@ def test_info_fields(tmp_path: Path) -> None:
         assert k in info
     assert info["length"] == 2 and info["timestamps"] == "fuzz:30s" and info["ttl"] == "7d"
     assert len(bytes.fromhex(info["signature"])) == 64
+
+
+def test_a_copy_without_the_secret_key_reads_but_does_not_adopt_its_clock(tmp_path: Path) -> None:
+    import shutil
+
+    far = 1 << 60
+    with Feed.create(tmp_path / "f", timestamps="exact", clock=ManualClock(far)) as f:
+        f.put("k", b"v", ttl="1h")
+    shutil.copytree(tmp_path / "f", tmp_path / "copy")
+    (tmp_path / "copy" / "secret_key").unlink()
+    with Feed.open(tmp_path / "copy", writable=False) as copy:
+        assert not copy.info()["writable"]
+        assert copy.clock.now_ms() < far  # the writer's (bogus) clock does not leak into ours
+        got = copy.get("k")
+        assert got is not None and got.timestamp == far
