@@ -296,14 +296,13 @@ class Core:
         if size <= self._log_end:
             return
         buf = memoryview(os.pread(self._log, size - self._log_end, self._log_end))
-        pos = 0
-        while pos < len(buf):
-            rec = storage.decode_batch(buf[pos:], self._log_end)
+        while buf:
+            base = self._log_end  # log offset of buf[0]
+            rec = storage.decode_batch(buf, base)
             if rec is None or rec.start != self.length:
                 break  # a torn tail (or garbage): never served, truncated by a writer
             blocks = [
-                bytes(buf[o - self._log_end : o - self._log_end + n])
-                for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)
+                bytes(buf[o - base : o - base + n]) for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)
             ]
             created, roots = merkle.append_leaves(self._roots, rec.start, blocks)
             state = TreeState(rec.length, rec.fork, rec.tree_hash, rec.signature)
@@ -319,11 +318,8 @@ class Core:
             self._last_record = rec.offset
             self._note_ts(rec.min_ts, rec.max_ts)
             self.recovered_batches += 1
-            consumed = rec.end - rec.offset
-            pos += consumed
-            self._log_end += consumed
-            buf = buf[consumed:]
-            pos = 0
+            self._log_end = rec.end
+            buf = buf[rec.end - rec.offset :]
 
     def _truncate_past_end(self) -> None:
         size = os.fstat(self._log).st_size
