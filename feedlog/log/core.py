@@ -349,11 +349,15 @@ class Core:
         return Node(index, h, size)
 
     def _entry(self, seq: int) -> tuple[int, int, int]:
-        raw = os.pread(self._index, storage.INDEX_ENTRY.size, seq * storage.INDEX_ENTRY.size)
-        if len(raw) != storage.INDEX_ENTRY.size:
-            raise Corruption(f"{self.path}: index entry {seq} is missing")
-        off, n, flags = storage.INDEX_ENTRY.unpack(raw)
-        return off, n, flags
+        return self._entries(seq, seq + 1)[0]
+
+    def _entries(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """Index entries (log offset, length, flags) of seqs [lo, hi), in one read."""
+        size = storage.INDEX_ENTRY.size
+        raw = os.pread(self._index, (hi - lo) * size, lo * size)
+        if len(raw) != (hi - lo) * size:
+            raise Corruption(f"{self.path}: index entries {lo}..{hi - 1} are missing")
+        return [storage.INDEX_ENTRY.unpack_from(raw, k * size) for k in range(hi - lo)]
 
     def _check_seq(self, seq: int) -> None:
         if not 0 <= seq < self.length:
@@ -376,9 +380,8 @@ class Core:
         chunk = 4096
         for lo in range(max(start, 0), end, chunk):
             hi = min(lo + chunk, end)
-            idx = os.pread(self._index, (hi - lo) * storage.INDEX_ENTRY.size, lo * storage.INDEX_ENTRY.size)
+            entries = self._entries(lo, hi)
             tree = os.pread(self._tree, (2 * (hi - lo) - 1) * storage.NODE.size, 2 * lo * storage.NODE.size)
-            entries = [storage.INDEX_ENTRY.unpack_from(idx, k * storage.INDEX_ENTRY.size) for k in range(hi - lo)]
             first = entries[0][0]
             last = max(o + n for o, n, _ in entries)
             data = os.pread(self._log, last - first, first)
@@ -442,9 +445,7 @@ class Core:
         for lo in range(0, length, chunk):
             hi = min(lo + chunk, length)
             new: list[Node] = []
-            idx = os.pread(self._index, (hi - lo) * storage.INDEX_ENTRY.size, lo * storage.INDEX_ENTRY.size)
-            for k in range(hi - lo):
-                off, n, flags = storage.INDEX_ENTRY.unpack_from(idx, k * storage.INDEX_ENTRY.size)
+            for k, (off, n, flags) in enumerate(self._entries(lo, hi)):
                 if flags & storage.CLEARED:
                     # no payload left to hash: the stored leaf stands in, its parents are still checked
                     cleared += 1

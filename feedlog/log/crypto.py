@@ -22,11 +22,11 @@ HASH_SIZE = 32
 SIGNATURE_SIZE = 64
 KEY_SIZE = 32
 
-LEAF_TYPE = b"\x00"
-PARENT_TYPE = b"\x01"
-ROOT_TYPE = b"\x02"
+# domain separation of the three hash kinds (hypercore-crypto: second-preimage protection)
+LEAF_TYPE = 0
+PARENT_TYPE = 1
+ROOT_TYPE = 2
 
-_U64 = struct.Struct("<Q")
 _ROOT = struct.Struct("<32sQQ")
 
 
@@ -53,14 +53,14 @@ _blake2b = hashlib.blake2b
 
 def leaf_hash(block: bytes) -> bytes:
     """H(0x00 || u64le(len(block)) || block)."""
-    h = _blake2b(_LEAF_PREFIX.pack(0, len(block)), digest_size=HASH_SIZE)
+    h = _blake2b(_LEAF_PREFIX.pack(LEAF_TYPE, len(block)), digest_size=HASH_SIZE)
     h.update(block)
     return h.digest()
 
 
 def parent_hash(left: bytes, right: bytes, size: int) -> bytes:
     """H(0x01 || u64le(size_left + size_right) || left || right); `size` is the byte total."""
-    return _blake2b(_PARENT.pack(1, size, left, right), digest_size=HASH_SIZE).digest()
+    return _blake2b(_PARENT.pack(PARENT_TYPE, size, left, right), digest_size=HASH_SIZE).digest()
 
 
 def tree_hash(roots: Iterable[tuple[int, bytes, int]]) -> bytes:
@@ -68,7 +68,7 @@ def tree_hash(roots: Iterable[tuple[int, bytes, int]]) -> bytes:
 
     `roots` holds (flat-tree index, hash, byte size) triples.
     """
-    h = hashlib.blake2b(ROOT_TYPE, digest_size=HASH_SIZE)
+    h = _blake2b(bytes([ROOT_TYPE]), digest_size=HASH_SIZE)
     for index, digest, size in roots:
         h.update(_ROOT.pack(digest, index, size))
     return h.digest()

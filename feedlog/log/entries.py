@@ -25,7 +25,6 @@ DRIVE_EVENT = "drive-event"
 PROTOCOLS = {ENTRY: "hyperdb", DRIVE_EVENT: "feedlog/drive-event"}
 CONTENT_TYPES = {v: k for k, v in PROTOCOLS.items()}
 STAT_FIELDS = tuple(f.name for f in drive_pb2.Stat.DESCRIPTOR.fields)
-U64_MAX = (1 << 64) - 1
 
 
 def encode_header(content_type: str) -> bytes:

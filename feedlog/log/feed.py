@@ -30,7 +30,7 @@ from .timestamps import TimestampPolicy, format_duration, parse_duration
 
 SETTINGS_FILE = "feed.json"
 DEFAULT_TIMESTAMPS = "truncate:1s"  # the DEP: seconds are "a good design trade-off"
-_DEFAULT_POLICY = TimestampPolicy("truncate", 1000)
+_DEFAULT_POLICY = TimestampPolicy.parse(DEFAULT_TIMESTAMPS)
 
 
 @dataclass(frozen=True, slots=True)
