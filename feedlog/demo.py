@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .cli.feed_cmds import fmt_ts, record_line
-from .log.clock import ManualClock
+from .clock import ManualClock
 from .log.feed import Feed, Write
 from .log.merkle import verify_proof
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import Corruption, InvalidArgument
 from . import entries, storage
-from .clock import Clock, MonotonicClock, SystemClock
+from ..clock import Clock, MonotonicClock, SystemClock
 from .core import Core, VerifyReport
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record

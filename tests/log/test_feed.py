@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from feedlog.errors import InvalidArgument, NotFound
-from feedlog.log.clock import ClockWentBackwards, ManualClock
+from feedlog.clock import ClockWentBackwards, ManualClock
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import hyperdb_pb2
 

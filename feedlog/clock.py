@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Protocol
 
-from ..errors import InvalidArgument
+from .errors import InvalidArgument
 
 
 class Clock(Protocol):

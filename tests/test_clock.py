@@ -1,6 +1,6 @@
 import pytest
 
-from feedlog.log.clock import ClockWentBackwards, ManualClock, MonotonicClock, SystemClock
+from feedlog.clock import ClockWentBackwards, ManualClock, MonotonicClock, SystemClock
 
 
 def test_monotonic_and_seeded() -> None:
