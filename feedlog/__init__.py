@@ -1,0 +1,8 @@
+"""feedlog: signed, timestamped, append-only feeds and the Delta Lake tables they land in."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("feedlog")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+source"

@@ -44,6 +44,10 @@ class ReadOnly(FeedlogError):
     """Writing needs the feed's secret key, which this copy does not hold."""
 
 
+class Unsupported(FeedlogError):
+    """Valid data that needs a capability this version of feedlog lacks (e.g. a Delta table feature)."""
+
+
 class Unavailable(FeedlogError):
     """A transient failure (I/O, network); retrying later can help."""
 

@@ -25,6 +25,7 @@ EXIT_CODES: tuple[tuple[type[errors.FeedlogError], int], ...] = (
     (errors.Conflict, 6),
     (errors.ReadOnly, 7),
     (errors.Unavailable, 8),
+    (errors.Unsupported, 9),
 )
 EXIT_USAGE = 2
 
@@ -61,7 +62,7 @@ def emit(ns: argparse.Namespace, data: Any, human: Callable[[], None] | str | No
 
 
 def build_parser() -> Parser:
-    from . import feed_cmds
+    from . import feed_cmds, table_cmds
 
     parser = Parser(
         prog="feedlog",
@@ -70,6 +71,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     feed_cmds.register(sub)
+    table_cmds.register(sub)
     return parser
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument
 from . import entries, storage
-from ..clock import Clock, MonotonicClock, SystemClock
 from .core import Core, VerifyReport
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from feedlog.errors import InvalidArgument, NotFound
 from feedlog.clock import ClockWentBackwards, ManualClock
+from feedlog.errors import InvalidArgument, NotFound
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import hyperdb_pb2
 

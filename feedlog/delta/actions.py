@@ -1,0 +1,348 @@
+"""Delta log actions (PROTOCOL.md "Actions"): typed values, JSON in and out. Pure, no I/O.
+
+Each action serialises with the keys in the order the reference implementation
+writes them, so a commit file is byte-for-byte predictable (golden tests pin it).
+Fields this module does not model are kept in `extra` and written back, because
+the protocol tells clients to ignore, not drop, what they do not understand.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import Corruption
+
+# Table feature names (PROTOCOL.md appendix "Valid Feature Names in Table Features").
+ICT = "inCommitTimestamp"
+#: the RFC draft's spelling; accepted when reading, never written
+ICT_DRAFT = "inCommitTimestamps"
+APPEND_ONLY = "appendOnly"
+INVARIANTS = "invariants"
+
+# Table properties.
+ENABLE_ICT = "delta.enableInCommitTimestamps"
+ICT_ENABLEMENT_VERSION = "delta.inCommitTimestampEnablementVersion"
+ICT_ENABLEMENT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
+APPEND_ONLY_PROP = "delta.appendOnly"
+LOG_RETENTION = "delta.logRetentionDuration"
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+COMPRESSION = "delta.parquet.compression.codec"
+NUM_INDEXED_COLS = "delta.dataSkippingNumIndexedCols"
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: tuple[str, ...] | None = None
+    writer_features: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "minReaderVersion": self.min_reader_version,
+            "minWriterVersion": self.min_writer_version,
+        }
+        if self.reader_features is not None:
+            out["readerFeatures"] = list(self.reader_features)
+        if self.writer_features is not None:
+            out["writerFeatures"] = list(self.writer_features)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Protocol:
+        rf, wf = d.get("readerFeatures"), d.get("writerFeatures")
+        return cls(
+            int(d["minReaderVersion"]),
+            int(d["minWriterVersion"]),
+            None if rf is None else tuple(rf),
+            None if wf is None else tuple(wf),
+        )
+
+    def supports_writer_feature(self, name: str) -> bool:
+        return self.min_writer_version == 7 and name in (self.writer_features or ())
+
+    def with_writer_feature(self, name: str) -> Protocol:
+        """This protocol upgraded to writer version 7 with `name` listed.
+
+        Upgrading from writer version 2 lists the features version 2 implied
+        (PROTOCOL.md "Table Features for New and Existing Tables": assume used).
+        """
+        if self.supports_writer_feature(name):
+            return self
+        if self.min_writer_version == 7:
+            features = tuple(self.writer_features or ())
+        else:
+            implied = {1: (), 2: (APPEND_ONLY, INVARIANTS)}
+            features = implied.get(self.min_writer_version, (APPEND_ONLY, INVARIANTS))
+        reader = self.reader_features if self.min_reader_version == 3 else None
+        return Protocol(self.min_reader_version, 7, reader, (*features, name))
+
+
+@dataclass(frozen=True)
+class Format:
+    provider: str = "parquet"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Metadata:
+    id: str
+    schema_string: str
+    partition_columns: tuple[str, ...] = ()
+    configuration: Mapping[str, str] = field(default_factory=dict)
+    created_time: int | None = None
+    name: str | None = None
+    description: str | None = None
+    format: Format = field(default_factory=Format)
+
+    def to_json(self) -> dict[str, Any]:
+        return _drop_none(
+            {
+                "id": self.id,
+                "name": self.name,
+                "description": self.description,
+                "format": {"provider": self.format.provider, "options": dict(self.format.options)},
+                "schemaString": self.schema_string,
+                "partitionColumns": list(self.partition_columns),
+                "configuration": dict(self.configuration),
+                "createdTime": self.created_time,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Metadata:
+        fmt = d.get("format") or {}
+        return cls(
+            id=str(d["id"]),
+            schema_string=str(d["schemaString"]),
+            partition_columns=tuple(d.get("partitionColumns") or ()),
+            configuration=dict(d.get("configuration") or {}),
+            created_time=d.get("createdTime"),
+            name=d.get("name"),
+            description=d.get("description"),
+            format=Format(fmt.get("provider", "parquet"), dict(fmt.get("options") or {})),
+        )
+
+    def with_configuration(self, updates: Mapping[str, str | None]) -> Metadata:
+        conf = dict(self.configuration)
+        for k, v in updates.items():
+            if v is None:
+                conf.pop(k, None)
+            else:
+                conf[k] = v
+        return Metadata(
+            self.id,
+            self.schema_string,
+            self.partition_columns,
+            conf,
+            self.created_time,
+            self.name,
+            self.description,
+            self.format,
+        )
+
+
+@dataclass(frozen=True)
+class Add:
+    path: str
+    partition_values: Mapping[str, str | None]
+    size: int
+    modification_time: int
+    data_change: bool = True
+    stats: str | None = None
+    tags: Mapping[str, str] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = _drop_none(
+            {
+                "path": self.path,
+                "partitionValues": dict(self.partition_values),
+                "size": self.size,
+                "modificationTime": self.modification_time,
+                "dataChange": self.data_change,
+                "stats": self.stats,
+                "tags": None if self.tags is None else dict(self.tags),
+            }
+        )
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Add:
+        known = {"path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags"}
+        return cls(
+            path=str(d["path"]),
+            partition_values=dict(d.get("partitionValues") or {}),
+            size=int(d["size"]),
+            modification_time=int(d["modificationTime"]),
+            data_change=bool(d.get("dataChange", True)),
+            stats=d.get("stats"),
+            tags=d.get("tags"),
+            extra={k: v for k, v in d.items() if k not in known and v is not None},
+        )
+
+    def num_records(self) -> int | None:
+        if self.stats is None:
+            return None
+        n = json.loads(self.stats).get("numRecords")
+        return None if n is None else int(n)
+
+    def remove(self, deletion_timestamp: int, data_change: bool = True) -> Remove:
+        return Remove(
+            self.path,
+            deletion_timestamp,
+            data_change,
+            extended_file_metadata=True,
+            partition_values=self.partition_values,
+            size=self.size,
+            stats=self.stats,
+        )
+
+
+@dataclass(frozen=True)
+class Remove:
+    path: str
+    deletion_timestamp: int | None
+    data_change: bool = True
+    extended_file_metadata: bool | None = None
+    partition_values: Mapping[str, str | None] | None = None
+    size: int | None = None
+    stats: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return _drop_none(
+            {
+                "path": self.path,
+                "deletionTimestamp": self.deletion_timestamp,
+                "dataChange": self.data_change,
+                "extendedFileMetadata": self.extended_file_metadata,
+                "partitionValues": None if self.partition_values is None else dict(self.partition_values),
+                "size": self.size,
+                "stats": self.stats,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Remove:
+        return cls(
+            path=str(d["path"]),
+            deletion_timestamp=d.get("deletionTimestamp"),
+            data_change=bool(d.get("dataChange", True)),
+            extended_file_metadata=d.get("extendedFileMetadata"),
+            partition_values=d.get("partitionValues"),
+            size=d.get("size"),
+            stats=d.get("stats"),
+        )
+
+
+@dataclass(frozen=True)
+class Txn:
+    app_id: str
+    version: int
+    last_updated: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return _drop_none({"appId": self.app_id, "version": self.version, "lastUpdated": self.last_updated})
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Txn:
+        return cls(str(d["appId"]), int(d["version"]), d.get("lastUpdated"))
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """Provenance; with in-commit timestamps it is the first action and carries the ICT."""
+
+    in_commit_timestamp: int | None
+    timestamp: int | None
+    operation: str | None = None
+    operation_parameters: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = _drop_none(
+            {
+                "inCommitTimestamp": self.in_commit_timestamp,
+                "timestamp": self.timestamp,
+                "operation": self.operation,
+                "operationParameters": dict(self.operation_parameters) if self.operation else None,
+            }
+        )
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CommitInfo:
+        known = {"inCommitTimestamp", "timestamp", "operation", "operationParameters"}
+        ict = d.get("inCommitTimestamp")
+        return cls(
+            in_commit_timestamp=ict if isinstance(ict, int) and not isinstance(ict, bool) else None,
+            timestamp=d.get("timestamp"),
+            operation=d.get("operation"),
+            operation_parameters=dict(d.get("operationParameters") or {}),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
+
+
+Action = Protocol | Metadata | Add | Remove | Txn | CommitInfo
+
+_KEYS: dict[type[Action], str] = {
+    Protocol: "protocol",
+    Metadata: "metaData",
+    Add: "add",
+    Remove: "remove",
+    Txn: "txn",
+    CommitInfo: "commitInfo",
+}
+_PARSERS: dict[str, Callable[[Mapping[str, Any]], Action]] = {v: k.from_json for k, v in _KEYS.items()}
+
+
+def to_json(action: Action) -> dict[str, Any]:
+    return {_KEYS[type(action)]: action.to_json()}
+
+
+def encode_commit(actions: Iterable[Action]) -> bytes:
+    """Newline-delimited JSON, one action per line (PROTOCOL.md "Delta Log Entries")."""
+    lines = (json.dumps(to_json(a), separators=(",", ":"), ensure_ascii=False) for a in actions)
+    return ("\n".join(lines) + "\n").encode()
+
+
+def decode_commit(data: bytes, version: int) -> list[Action]:
+    """Parse one commit file; actions this library does not model (cdc, domainMetadata...) are skipped.
+
+    Anything that is not a JSON object per line, or a known action missing a
+    required field, is a corrupt commit and the error names the version.
+    """
+    out: list[Action] = []
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        raise Corruption(f"commit {version} is not UTF-8: {e}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise Corruption(f"commit {version} line {lineno} is not JSON: {e}") from None
+        if not isinstance(obj, dict) or len(obj) != 1:
+            raise Corruption(f"commit {version} line {lineno} is not a single action object")
+        ((kind, body),) = obj.items()
+        parse = _PARSERS.get(kind)
+        if parse is None:
+            continue
+        if not isinstance(body, dict):
+            raise Corruption(f"commit {version} line {lineno}: {kind} is not an object")
+        try:
+            out.append(parse(body))
+        except (KeyError, TypeError, ValueError) as e:
+            raise Corruption(f"commit {version} line {lineno}: bad {kind} action ({e!r})") from None
+    return out

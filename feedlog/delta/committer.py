@@ -1,0 +1,66 @@
+"""The commit path: who decides that version v happened.
+
+A `Committer` takes a fully encoded commit for version v and either makes it
+version v or says someone else got there first, as a value (delta-kernel-rs's
+`CommitResponse::Conflict`), because losing a race is the normal outcome the
+transaction then rebases on. Filesystem tables decide by put-if-absent on
+`_delta_log/<v>.json`; the managed-commit owner decides for managed tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .actions import Action
+from .storage import FileInfo, Storage
+
+LOG_DIR = "_delta_log"
+
+
+def commit_path(version: int) -> str:
+    return f"{LOG_DIR}/{version:020d}.json"
+
+
+@dataclass(frozen=True)
+class Committed:
+    version: int
+
+
+@dataclass(frozen=True)
+class CommitConflict:
+    """Version `version` was not ours to take.
+
+    `retryable` is False when retrying at a later version cannot help (e.g. a
+    commit owner refusing a gap), True for a plain lost race.
+    """
+
+    version: int
+    retryable: bool = True
+    reason: str = "another writer committed this version first"
+
+
+CommitResponse = Committed | CommitConflict
+
+
+class Committer(Protocol):
+    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+        """Make `data` (the encoded `actions`) version `version`, or report a conflict."""
+        ...
+
+    def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
+        """Commits >= start_version that are ratified but not yet in `_delta_log/<v>.json`, ascending."""
+        ...
+
+
+class FilesystemCommitter:
+    """Delta's default: the storage's atomic put-if-absent is the commit (PROTOCOL.md "Creation of New Log Entries")."""
+
+    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+        if storage.put_if_absent(commit_path(version), data):
+            return Committed(version)
+        return CommitConflict(version)
+
+    def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
+        return []  # every filesystem commit is in _delta_log the moment it exists

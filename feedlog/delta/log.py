@@ -1,0 +1,98 @@
+"""Reading `_delta_log`: one listing, then the table state at any retained version.
+
+A snapshot is rebuilt from the newest checkpoint at or before the wanted
+version plus the commits after it. The listing merges the committer's ratified
+but not yet backfilled commits, so managed tables read their latest version.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import Corruption, NotFound
+from . import checkpoint
+from .actions import Action, decode_commit
+from .committer import LOG_DIR, Committer
+from .replay import TableState
+from .storage import FileInfo, Storage
+
+_COMMIT = re.compile(r"(\d{20})\.json")
+_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.parquet")
+
+
+class TableNotFound(NotFound):
+    """No Delta table at this location."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    commits: dict[int, FileInfo]
+    checkpoints: dict[int, FileInfo]
+
+    @property
+    def latest(self) -> int:
+        return max(self.commits)
+
+    @property
+    def earliest(self) -> int:
+        """The oldest version a snapshot can be built at."""
+        start = min(self.checkpoints, default=None)
+        if 0 in self.commits or start is None:
+            return min(self.commits)
+        return start
+
+
+def list_log(storage: Storage, committer: Committer) -> Listing:
+    commits: dict[int, FileInfo] = {}
+    checkpoints: dict[int, FileInfo] = {}
+    for info in storage.list(LOG_DIR):
+        name = info.path.rsplit("/", 1)[-1]
+        if m := _COMMIT.fullmatch(name):
+            commits[int(m.group(1))] = info
+        elif m := _CHECKPOINT.fullmatch(name):
+            checkpoints[int(m.group(1))] = info
+    start = max(commits, default=-1) + 1
+    for version, info in committer.ratified_commits(storage, start):
+        commits[version] = info
+    if not commits:
+        raise TableNotFound(f"no Delta table at {storage.location} (no commits in {LOG_DIR}/)")
+    return Listing(commits, checkpoints)
+
+
+def read_commit(storage: Storage, listing: Listing, version: int) -> list[Action]:
+    info = listing.commits.get(version)
+    if info is None:
+        raise NotFound(f"commit {version} is not in the log of {storage.location}")
+    try:
+        data = storage.read(info.path)
+    except NotFound:
+        raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
+    return decode_commit(data, version)
+
+
+def load_state(storage: Storage, listing: Listing, version: int | None = None) -> TableState:
+    """The table at `version` (default: latest), from the newest usable checkpoint plus commits."""
+    latest = listing.latest
+    target = latest if version is None else version
+    if target < 0 or target > latest:
+        raise NotFound(f"version {target} does not exist (latest is {latest})")
+    start = -1
+    for cp in sorted((v for v in listing.checkpoints if v <= target), reverse=True):
+        if all(v in listing.commits for v in range(cp + 1, target + 1)):
+            start = cp
+            break
+    if start < 0 and 0 not in listing.commits:
+        raise NotFound(f"version {target} is older than the retained log (earliest available: {listing.earliest})")
+    state = TableState()
+    if start >= 0:
+        data = storage.read(listing.checkpoints[start].path)
+        state = TableState.from_checkpoint(start, checkpoint.decode(data, start))
+        # Checkpoints drop commitInfo; the commit file at the checkpoint's version carries its ICT.
+        if start in listing.commits:
+            state.commit_info = TableState.commit_info_of(read_commit(storage, listing, start))
+    for v in range(start + 1, target + 1):
+        if v not in listing.commits:
+            raise Corruption(f"commit {v} is missing from {storage.location}/{LOG_DIR}: the log has a gap")
+        state.apply(v, read_commit(storage, listing, v))
+    return state

@@ -1,0 +1,166 @@
+"""The one narrow I/O boundary of the Delta library (delta-kernel-rs's storage handler).
+
+Paths are relative to the table root and use '/'. The contracts every
+implementation must keep (the storage contract suite checks them):
+
+- `list(dir)` returns the files directly in `dir`, sorted by name, with size and
+  modification time (ms); hidden names ('.' prefix: in-flight temp files) are not listed;
+  a missing directory lists as empty.
+- `read(path)` returns the whole file or raises NotFound.
+- `put_if_absent(path, data)` creates the file with exactly `data`, atomically:
+  concurrent callers for one path see exactly one True; readers never see a partial file.
+  It returns False (not an exception: losing a race is a normal outcome) if the file exists.
+- `write_atomic(path, data)` replaces the file all at once (readers see old or new, never a mix).
+- `delete(path)` removes the file; deleting a missing file is not an error.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from typing import NamedTuple, Protocol
+
+from ..errors import NotFound, Unavailable
+
+
+class FileInfo(NamedTuple):
+    path: str
+    size: int
+    modified_ms: int
+
+
+class Storage(Protocol):
+    def list(self, directory: str) -> list[FileInfo]: ...
+
+    def read(self, path: str) -> bytes: ...
+
+    def put_if_absent(self, path: str, data: bytes) -> bool: ...
+
+    def write_atomic(self, path: str, data: bytes) -> None: ...
+
+    def delete(self, path: str) -> None: ...
+
+    def stat(self, path: str) -> FileInfo: ...
+
+    @property
+    def location(self) -> str:
+        """Where the table lives, for messages and for readers we hand the table to."""
+        ...
+
+
+class LocalStorage:
+    """A table in a local directory.
+
+    put-if-absent writes a hidden temp file, fsyncs it and hard-links it to the
+    final name: `link` fails if the name exists and makes the complete file
+    visible in one step, which is the atomicity Delta's log needs.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], fsync: bool = True) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.fsync = fsync
+
+    @property
+    def location(self) -> str:
+        return self.root
+
+    def _abs(self, path: str) -> str:
+        return os.path.join(self.root, *path.split("/")) if path else self.root
+
+    def list(self, directory: str) -> list[FileInfo]:
+        prefix = f"{directory}/" if directory else ""
+        out = []
+        try:
+            with os.scandir(self._abs(directory)) as it:
+                for entry in it:
+                    if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    out.append(FileInfo(prefix + entry.name, st.st_size, st.st_mtime_ns // 1_000_000))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise Unavailable(f"cannot list {self._abs(directory)}: {e.strerror}") from None
+        out.sort()
+        return out
+
+    def read(self, path: str) -> bytes:
+        try:
+            with open(self._abs(path), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise NotFound(f"{self._abs(path)} does not exist") from None
+        except OSError as e:
+            raise Unavailable(f"cannot read {self._abs(path)}: {e.strerror}") from None
+
+    def stat(self, path: str) -> FileInfo:
+        try:
+            st = os.stat(self._abs(path))
+        except FileNotFoundError:
+            raise NotFound(f"{self._abs(path)} does not exist") from None
+        return FileInfo(path, st.st_size, st.st_mtime_ns // 1_000_000)
+
+    def _write_temp(self, path: str, data: bytes) -> str:
+        final = self._abs(path)
+        directory = os.path.dirname(final)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    def _sync_dir(self, path: str) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(os.path.dirname(self._abs(path)), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        try:
+            tmp = self._write_temp(path, data)
+        except OSError as e:
+            raise Unavailable(f"cannot write {self._abs(path)}: {e.strerror}") from None
+        try:
+            os.link(tmp, self._abs(path))
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise Unavailable(
+                    f"{self.root}: this filesystem has no hard links, so put-if-absent cannot be atomic here"
+                ) from None
+            raise Unavailable(f"cannot write {self._abs(path)}: {e.strerror}") from None
+        finally:
+            os.unlink(tmp)
+        self._sync_dir(path)
+        return True
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        try:
+            tmp = self._write_temp(path, data)
+            os.replace(tmp, self._abs(path))
+            self._sync_dir(path)
+        except OSError as e:
+            raise Unavailable(f"cannot write {self._abs(path)}: {e.strerror}") from None
+
+    def delete(self, path: str) -> None:
+        try:
+            os.unlink(self._abs(path))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise Unavailable(f"cannot delete {self._abs(path)}: {e.strerror}") from None

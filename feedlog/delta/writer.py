@@ -1,0 +1,117 @@
+"""Data files: Arrow in, Parquet files plus their `add` actions out.
+
+This is the part that runs wherever the data is (a Spark executor, say); it
+needs only the storage and the table's schema and partition columns, never the
+log. Files are named uniquely and written put-if-absent, so they are never
+overwritten (PROTOCOL.md "Data Files"); a file is invisible until a commit adds it.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidArgument, Unavailable
+from .actions import COMPRESSION, NUM_INDEXED_COLS, Add
+from .parquet import write_parquet
+from .schema import conform
+from .stats import DEFAULT_INDEXED_COLS, file_stats
+from .storage import Storage
+
+_CODECS = {"uncompressed": "none", "none": "none", "snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4_raw": "lz4"}
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    #: Parquet codec; the protocol's default for new files is zstd
+    compression: str = "zstd"
+    #: split files at this many rows (None: one file per partition per call)
+    max_rows_per_file: int | None = None
+    indexed_cols: int = DEFAULT_INDEXED_COLS
+
+    @classmethod
+    def from_properties(cls, conf: Mapping[str, str], **overrides: Any) -> WriteOptions:
+        codec = conf.get(COMPRESSION, "zstd").lower()
+        if codec not in _CODECS:
+            raise InvalidArgument(f"{COMPRESSION}={codec!r} is not a codec feedlog writes ({sorted(_CODECS)})")
+        try:
+            indexed = int(conf.get(NUM_INDEXED_COLS, DEFAULT_INDEXED_COLS))
+        except ValueError:
+            raise InvalidArgument(f"{NUM_INDEXED_COLS} must be an integer") from None
+        return cls(**{"compression": codec, "indexed_cols": indexed, **overrides})
+
+
+def partition_value(value: Any) -> str | None:
+    """PROTOCOL.md "Partition Value Serialization" (timestamps as UTC ISO 8601)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if hasattr(value, "isoformat") and hasattr(value, "hour"):
+        return str(value.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return str(value)
+
+
+def _partition_dir(values: Mapping[str, str | None]) -> str:
+    parts = []
+    for k, v in values.items():
+        shown = "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="")
+        parts.append(f"{urllib.parse.quote(k, safe='')}={shown}")
+    return "/".join(parts)
+
+
+def _split(data: pa.Table, partition_columns: Sequence[str]) -> Iterable[tuple[dict[str, str | None], pa.Table]]:
+    if not partition_columns:
+        yield {}, data
+        return
+    keys = data.select(list(partition_columns)).group_by(list(partition_columns)).aggregate([])
+    for row in keys.to_pylist():
+        mask = None
+        for col in partition_columns:
+            v = row[col]
+            cond = pc.is_null(data.column(col)) if v is None else pc.equal(data.column(col), v)
+            mask = cond if mask is None else pc.and_(mask, cond)
+        part = data.filter(mask).drop_columns(list(partition_columns))
+        yield {c: partition_value(row[c]) for c in partition_columns}, part
+
+
+def write_files(
+    storage: Storage,
+    schema: pa.Schema,
+    partition_columns: Sequence[str],
+    data: pa.Table | pa.RecordBatch,
+    now_ms: int,
+    new_id: Callable[[], str],
+    options: WriteOptions | None = None,
+) -> list[Add]:
+    """Write `data` (checked against `schema`) as Parquet files; return their `add` actions.
+
+    Partition columns are not stored in the files but in each add's
+    partitionValues, as Delta readers expect.
+    """
+    opts = options or WriteOptions()
+    table = conform(pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data, schema)
+    adds: list[Add] = []
+    if table.num_rows == 0:
+        return adds
+    codec = _CODECS[opts.compression]
+    for values, part in _split(table, partition_columns):
+        step = opts.max_rows_per_file or max(part.num_rows, 1)
+        for offset in range(0, part.num_rows, step):
+            chunk = part.slice(offset, step)
+            body = write_parquet(chunk, codec)
+            prefix = _partition_dir(values)
+            name = f"part-{len(adds):05d}-{new_id()}-c000.{opts.compression}.parquet"
+            path = f"{prefix}/{name}" if prefix else name
+            if not storage.put_if_absent(path, body):
+                raise Unavailable(f"data file name {path} is already taken (id generator not unique?)")
+            stats = file_stats(chunk, opts.indexed_cols)
+            adds.append(Add(urllib.parse.quote(path, safe="/=-_.~"), values, len(body), now_ms, True, stats))
+    return adds
