@@ -154,6 +154,11 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
             columns.append(pa.nulls(data.num_rows, f.type))
             continue
         col = data.column(src)
+        if pa.types.is_null(col.type):  # an untyped all-null column (e.g. from an empty list) fits any type
+            if not f.nullable and len(col):
+                raise SchemaMismatch(f"column {f.name!r} is not nullable but has {len(col)} null(s)")
+            columns.append(pa.nulls(len(col), f.type))
+            continue
         try:
             incoming = _type_to_delta(col.type, src)
         except InvalidArgument as e:

@@ -1,0 +1,243 @@
+import itertools
+import json
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from feedlog.clock import ManualClock
+from feedlog.delta import ConcurrentModification, DeltaTable, SchemaMismatch, TableNotFound
+from feedlog.delta.actions import Add
+from feedlog.errors import AlreadyExists, Conflict, Corruption, InvalidArgument, NotFound, Unsupported
+
+from .conftest import SCHEMA, T0, rows, sorted_rows
+
+
+def commit_json(table: DeltaTable, version: int) -> list[dict[str, Any]]:
+    raw = table.storage.read(f"_delta_log/{version:020d}.json")
+    return [json.loads(line) for line in raw.splitlines()]
+
+
+def test_append_and_time_travel_by_version_and_timestamp(new_table, clock):
+    t = new_table(partition_by=["p"])
+    for i in range(3):
+        clock.advance(1000)
+        assert t.append(rows(i * 10, 10, part="ab"[i % 2])).version == i + 1
+    assert t.version() == 3
+    assert sorted_rows(t.to_arrow(), "seq")[-1] == (29,)
+    assert t.snapshot(1).num_records() == 10 and t.to_arrow(2).num_rows == 20
+    assert t.snapshot(timestamp_ms=T0 + 2500).version == 2
+    assert t.snapshot(timestamp_ms=T0 + 10**9).version == 3
+    with pytest.raises(NotFound, match="before the earliest available commit"):
+        t.snapshot(timestamp_ms=T0 - 1)
+    with pytest.raises(NotFound, match="version 9 does not exist"):
+        t.snapshot(9)
+    s = t.snapshot()
+    assert {a.partition_values["p"] for a in s.files()} == {"a", "b"}
+    assert s.to_arrow().schema == SCHEMA  # partition column restored, in schema order
+
+
+def test_every_commit_starts_with_commit_info_carrying_a_monotonic_ict(new_table, clock):
+    t = new_table()
+    icts = [t.snapshot().in_commit_timestamp]
+    for skew in (5000, -60_000, 0, -1, 120_000):  # a clock that jumps around
+        clock.advance(skew)
+        icts.append(t.append(rows(0, 1)).in_commit_timestamp)
+    assert all(b > a for a, b in itertools.pairwise(icts))
+    for v in range(t.version() + 1):
+        first = commit_json(t, v)[0]
+        assert first["commitInfo"]["inCommitTimestamp"] == icts[v]
+    assert icts[2] == icts[1] + 1  # clock behind: previous ICT + 1 (ICT writer requirement 3)
+
+
+def test_exactly_once_txn_skips_a_retried_batch(new_table):
+    t = new_table()
+    assert t.txn_version("job") is None
+    first = t.append(rows(0, 5), txn=("job", 1))
+    again = t.append(rows(0, 5), txn=("job", 1))
+    older = t.append(rows(0, 5), txn=("job", 0))
+    assert first.version == 1 and again.skipped and older.skipped and again.version is None
+    t.append(rows(5, 5), txn=("job", 2))
+    assert t.txn_version("job") == 2 and t.snapshot().num_records() == 10
+    assert t.snapshot(1).txn_version("job") == 1
+
+
+def test_blind_appends_from_concurrent_writers_all_land(tmp_path):
+    clock = ManualClock(T0)
+    DeltaTable.create(tmp_path / "t", SCHEMA, clock=clock)
+    writers, per_writer = 4, 5
+    errors: list[BaseException] = []
+
+    def work(w: int) -> None:
+        table = DeltaTable.open(tmp_path / "t", clock=clock)  # its own view, like another process
+        try:
+            for i in range(per_writer):
+                table.append(rows(w * 100 + i, 1))
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert not errors
+    t = DeltaTable.open(tmp_path / "t")
+    assert t.version() == writers * per_writer
+    assert sorted_rows(t.to_arrow(), "seq") == sorted((w * 100 + i,) for w in range(writers) for i in range(per_writer))
+    icts = [e.in_commit_timestamp for e in reversed(t.history()) if e.in_commit_timestamp is not None]
+    assert len(icts) == writers * per_writer + 1
+    assert all(b > a for a, b in itertools.pairwise(icts))  # a frozen clock still gives increasing ICTs
+
+
+def test_lost_race_rebases_and_recomputes_version_and_ict(new_table, clock, tmp_path):
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+    tx = t.transaction()
+    tx.add_files(t.write_files(rows(0, 3)))
+    clock.advance(1000)
+    won = other.append(rows(10, 3))
+    clock.advance(-500)  # our clock is behind the winner's
+    result = tx.commit()
+    assert (won.version, result.version, result.attempts) == (1, 2, 2)
+    assert won.in_commit_timestamp is not None
+    assert result.in_commit_timestamp == won.in_commit_timestamp + 1
+    assert commit_json(t, 2)[0]["commitInfo"]["readVersion"] == 0
+    assert t.snapshot().num_records() == 6
+
+
+def test_real_conflicts_are_reported_not_rebased(new_table, clock, tmp_path):
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+    t.append(rows(0, 1))
+
+    tx = t.transaction()  # same txn appId committed concurrently
+    tx.set_txn("job", 1)
+    other.append(rows(1, 1), txn=("job", 1))
+    with pytest.raises(ConcurrentModification, match="txn appId 'job'"):
+        tx.commit()
+
+    tx = t.transaction()  # metadata changed concurrently
+    tx.add_files(t.write_files(rows(2, 1)))
+    other.set_properties({"delta.logRetentionDuration": "interval 2 days"})
+    with pytest.raises(ConcurrentModification, match="protocol or metadata"):
+        tx.commit()
+
+    tx = t.transaction()  # an overwrite must not silently drop a concurrent append
+    tx.reads_whole_table = True
+    tx.remove_files(tx.base.files.values())
+    other.append(rows(3, 1))
+    with pytest.raises(ConcurrentModification, match="overwrite did not see"):
+        tx.commit()
+
+    assert isinstance(ConcurrentModification("x"), Conflict)
+
+
+def test_failed_commit_leaves_no_data_files(new_table, clock, tmp_path):
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+    other.append(rows(0, 1), txn=("job", 5))
+    t.max_commit_attempts = 1
+    # t's append reads the table, then loses the race to a commit of the same appId
+    tx_files_before = {p.name for p in (tmp_path / "t").glob("*.parquet")}
+    orig = t.transaction
+
+    def racing_transaction(operation: str = "WRITE"):
+        tx = orig(operation)
+        other.append(rows(1, 1), txn=("job", 6))
+        return tx
+
+    t.transaction = racing_transaction
+    with pytest.raises(ConcurrentModification):
+        t.append(rows(2, 1), txn=("job", 6))
+    after = {p.name for p in (tmp_path / "t").glob("*.parquet")}
+    assert len(after - tx_files_before) == 1  # only the winner's file
+
+
+def test_overwrite_replaces_rows_and_keeps_tombstones(new_table):
+    t = new_table()
+    t.append(rows(0, 5))
+    result = t.append(rows(100, 2), mode="overwrite")
+    assert sorted_rows(t.to_arrow(), "seq") == [(100,), (101,)]
+    assert len(t.snapshot().state.tombstones) == 1 and t.to_arrow(result.version - 1).num_rows == 5
+    with pytest.raises(InvalidArgument, match="mode must be"):
+        t.append(rows(0, 1), mode="upsert")
+
+
+def test_append_only_tables_refuse_removals(new_table):
+    t = new_table(properties={"delta.appendOnly": "true"})
+    assert t.snapshot().protocol.writer_features == ("appendOnly", "inCommitTimestamp")
+    t.append(rows(0, 1))
+    with pytest.raises(InvalidArgument, match="append-only"):
+        t.append(rows(0, 1), mode="overwrite")
+
+
+def test_errors_are_typed_and_say_what_is_wrong(new_table, tmp_path):
+    with pytest.raises(TableNotFound, match="no Delta table"):
+        DeltaTable.open(tmp_path / "missing")
+    t = new_table()
+    with pytest.raises(AlreadyExists):
+        new_table()
+    with pytest.raises(SchemaMismatch, match="columns not in the table schema"):
+        t.append(pa.table({"seq": [1], "extra": [2]}))
+    with pytest.raises(InvalidArgument, match="partition columns not in the schema"):
+        new_table("u", partition_by=["nope"])
+
+    t.storage.write_atomic("_delta_log/00000000000000000001.json", b'{"commitInfo":{"inCommitTimestamp":1}')
+    with pytest.raises(Corruption, match="commit 1 line 1 is not JSON"):
+        t.snapshot()
+
+
+def write_commit(table: DeltaTable, version: int, *actions: dict[str, Any]) -> None:
+    body = "\n".join(json.dumps(a) for a in actions) + "\n"
+    assert table.storage.put_if_absent(f"_delta_log/{version:020d}.json", body.encode())
+
+
+def test_unsupported_features_refused_with_their_names(new_table):
+    reader = new_table("r")
+    write_commit(
+        reader,
+        1,
+        {"commitInfo": {"inCommitTimestamp": T0 + 1}},
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
+                      "writerFeatures": ["deletionVectors", "inCommitTimestamp"]}},
+    )  # fmt: skip
+    with pytest.raises(Unsupported, match=r"reader feature\(s\) feedlog does not support: \['deletionVectors'\]"):
+        reader.snapshot()
+    writer = new_table("w")
+    write_commit(
+        writer,
+        1,
+        {"commitInfo": {"inCommitTimestamp": T0 + 1}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7,
+                      "writerFeatures": ["inCommitTimestamp", "generatedColumns"]}},
+    )  # fmt: skip
+    assert writer.to_arrow().num_rows == 0  # readable...
+    with pytest.raises(Unsupported, match="generatedColumns"):
+        writer.append(rows(0, 1))  # ...but not writable
+
+
+def test_commit_without_ict_after_enablement_is_corruption_naming_the_version(new_table):
+    t = new_table()
+    t.append(rows(0, 1))
+    add = Add("x.parquet", {}, 1, T0, True).to_json()
+    write_commit(t, 2, {"add": add})
+    with pytest.raises(Corruption, match="commit 2 lacks the commitInfo-with-inCommitTimestamp"):
+        t.snapshot()
+    for read in (t.history, lambda: t.version_at(T0)):
+        with pytest.raises(Corruption, match="commit 2 lacks"):
+            read()
+    t.storage.delete("_delta_log/00000000000000000002.json")
+    write_commit(t, 2, {"commitInfo": {"inCommitTimestamp": T0 - 5}}, {"add": add})
+    with pytest.raises(Corruption, match=r"commit 2 has inCommitTimestamp .* not after"):
+        t.snapshot()
+
+
+def test_gap_in_the_log_is_corruption(new_table):
+    t = new_table()
+    for i in range(3):
+        t.append(rows(i, 1))
+    t.storage.delete("_delta_log/00000000000000000002.json")
+    with pytest.raises(Corruption, match="commit 2 is missing"):
+        t.snapshot()
