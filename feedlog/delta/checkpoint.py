@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -121,10 +121,10 @@ def encode(state: TableState) -> tuple[bytes, int, int]:
     return write_parquet(table, "zstd"), len(rows), len(state.files)
 
 
-def decode(data: bytes, version: int) -> list[Action]:
-    """The actions of a checkpoint file, protocol and metaData first."""
+def decode(data: bytes, version: int, columns: Sequence[str] | None = None) -> list[Action]:
+    """The actions of a checkpoint file, protocol and metaData first (only `columns` if given)."""
     try:
-        table = read_parquet(data)
+        table = read_parquet(data, columns)
     except (pa.ArrowInvalid, OSError) as e:
         raise Corruption(f"checkpoint {version} is not a readable Parquet file: {e}") from None
     out: list[Action] = []

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import Corruption, NotFound
 from . import checkpoint
-from .actions import Action, decode_commit
+from .actions import Action, Metadata, Protocol, decode_commit
 from .committer import LOG_DIR, Committer
 from .replay import TableState
 from .storage import FileInfo, Storage
@@ -60,6 +60,17 @@ def list_log(storage: Storage, committer: Committer) -> Listing:
     return Listing(commits, checkpoints)
 
 
+def commits_after(storage: Storage, committer: Committer, version: int) -> dict[int, FileInfo]:
+    """Commit files of versions > `version` (a list-from: old files are not even looked at)."""
+    commits = {}
+    for info in storage.list(LOG_DIR, start_after=f"{version:020d}.json"):
+        if m := _COMMIT.fullmatch(info.path.rsplit("/", 1)[-1]):
+            commits[int(m.group(1))] = info
+    for v, info in committer.ratified_commits(storage, max(commits, default=version) + 1):
+        commits[v] = info
+    return commits
+
+
 def read_commit(storage: Storage, listing: Listing, version: int) -> list[Action]:
     info = listing.commits.get(version)
     if info is None:
@@ -69,6 +80,32 @@ def read_commit(storage: Storage, listing: Listing, version: int) -> list[Action
     except NotFound:
         raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
     return decode_commit(data, version)
+
+
+def load_protocol_metadata(storage: Storage, listing: Listing) -> tuple[Protocol, Metadata]:
+    """The latest protocol and metadata alone (delta-kernel's P&M replay): newest commits first,
+    stopping at the first of each, else only those two columns of the newest checkpoint."""
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    newest_cp = max(listing.checkpoints, default=-1)
+    for v in range(listing.latest, newest_cp, -1):
+        if v not in listing.commits:
+            break
+        for a in read_commit(storage, listing, v):
+            if protocol is None and isinstance(a, Protocol):
+                protocol = a
+            elif metadata is None and isinstance(a, Metadata):
+                metadata = a
+        if protocol is not None and metadata is not None:
+            return protocol, metadata
+    if newest_cp >= 0 and all(v in listing.commits for v in range(newest_cp + 1, listing.latest + 1)):
+        data = storage.read(listing.checkpoints[newest_cp].path)
+        cp = TableState.from_checkpoint(newest_cp, checkpoint.decode(data, newest_cp, ("protocol", "metaData")))
+        assert cp.protocol is not None and cp.metadata is not None
+        return protocol or cp.protocol, metadata or cp.metadata
+    state = load_state(storage, listing)
+    assert state.protocol is not None and state.metadata is not None
+    return state.protocol, state.metadata
 
 
 def load_state(storage: Storage, listing: Listing, version: int | None = None) -> TableState:

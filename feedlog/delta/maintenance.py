@@ -21,7 +21,7 @@ from ..errors import Corruption, InvalidArgument, NotFound
 from . import checkpoint
 from .actions import DELETED_FILE_RETENTION, LOG_RETENTION
 from .committer import LOG_DIR
-from .log import list_log, load_state
+from .log import list_log, load_protocol_metadata, load_state
 from .replay import ict_enablement
 from .timeline import Timeline, _last_at_or_before
 
@@ -84,14 +84,13 @@ def cleanup_log(table: DeltaTable, retain_ms: int | None = None) -> list[str]:
     """Delete commits and checkpoints older than the retention; returns the deleted paths."""
     storage = table.storage
     listing = list_log(storage, table.committer)
-    latest = load_state(storage, listing)
-    assert latest.metadata is not None
+    protocol, metadata = load_protocol_metadata(storage, listing)
     if retain_ms is None:
-        retain_ms = _retention(latest.metadata.configuration, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
+        retain_ms = _retention(metadata.configuration, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
     if retain_ms < 0:
         raise InvalidArgument("retention must not be negative")
     cutoff_ms = table.clock.now_ms() - retain_ms
-    timeline = Timeline(storage, listing, ict_enablement(latest.protocol, latest.metadata))
+    timeline = Timeline(storage, listing, ict_enablement(protocol, metadata))
     # Commit times are monotonic across the ICT enablement boundary (ICT writer requirement 5),
     # so the cutoff commit is found by the same binary search as time travel.
     try:

@@ -8,12 +8,15 @@ back into Python, and a process that exits while they linger aborts with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 
-def read_parquet(data: bytes) -> pa.Table:
-    return pq.ParquetFile(pa.BufferReader(data)).read()
+def read_parquet(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
+    """The file's rows; only the named top-level columns if `columns` is given."""
+    return pq.ParquetFile(pa.BufferReader(data)).read(columns=None if columns is None else list(columns))
 
 
 def write_parquet(table: pa.Table, compression: str) -> bytes:

@@ -3,9 +3,11 @@
 Paths are relative to the table root and use '/'. The contracts every
 implementation must keep (the storage contract suite checks them):
 
-- `list(dir)` returns the files directly in `dir`, sorted by name, with size and
-  modification time (ms); hidden names ('.' prefix: in-flight temp files) are not listed;
-  a missing directory lists as empty.
+- `list(dir, start_after)` returns the files directly in `dir` whose names sort after
+  `start_after` (all if None), sorted by name, with size and modification time (ms);
+  hidden names ('.' prefix: in-flight temp files) are not listed; a missing directory
+  lists as empty. (`start_after` is the object stores' list-from, and spares a local
+  listing a stat per old log file.)
 - `read(path)` returns the whole file or raises NotFound.
 - `put_if_absent(path, data)` creates the file with exactly `data`, atomically:
   concurrent callers for one path see exactly one True; readers never see a partial file.
@@ -31,7 +33,7 @@ class FileInfo(NamedTuple):
 
 
 class Storage(Protocol):
-    def list(self, directory: str) -> list[FileInfo]: ...
+    def list(self, directory: str, start_after: str | None = None) -> list[FileInfo]: ...
 
     def read(self, path: str) -> bytes: ...
 
@@ -68,13 +70,15 @@ class LocalStorage:
     def _abs(self, path: str) -> str:
         return os.path.join(self.root, *path.split("/")) if path else self.root
 
-    def list(self, directory: str) -> list[FileInfo]:
+    def list(self, directory: str, start_after: str | None = None) -> list[FileInfo]:
         prefix = f"{directory}/" if directory else ""
         out = []
         try:
             with os.scandir(self._abs(directory)) as it:
                 for entry in it:
-                    if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                    if entry.name.startswith(".") or (start_after is not None and entry.name <= start_after):
+                        continue
+                    if not entry.is_file(follow_symlinks=False):
                         continue
                     st = entry.stat(follow_symlinks=False)
                     out.append(FileInfo(prefix + entry.name, st.st_size, st.st_mtime_ns // 1_000_000))

@@ -19,7 +19,15 @@ from ..clock import Clock, SystemClock
 from ..errors import AlreadyExists, InvalidArgument
 from .actions import ENABLE_ICT, ICT, Add, Metadata, Protocol, encode_commit
 from .committer import Committed, Committer, FilesystemCommitter
-from .log import Listing, TableNotFound, list_log, load_state
+from .log import (
+    Listing,
+    TableNotFound,
+    commits_after,
+    list_log,
+    load_protocol_metadata,
+    load_state,
+    read_commit,
+)
 from .parquet import read_parquet
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .schema import from_schema_string, to_schema_string
@@ -117,6 +125,8 @@ class DeltaTable:
         self.max_commit_attempts = max_commit_attempts
         #: writer features a wrapping layer implements (e.g. managed commits)
         self.extra_writer_features = tuple(extra_writer_features)
+        #: the newest state this object has seen; never mutated, only replaced
+        self._cache: TableState | None = None
 
     # lifecycle
 
@@ -180,17 +190,38 @@ class DeltaTable:
     def _listing(self) -> Listing:
         return list_log(self.storage, self.committer)
 
+    def _latest(self) -> TableState:
+        """The latest state, read incrementally: only the commits after the last state seen here."""
+        cached = self._cache
+        if cached is not None:
+            newer = commits_after(self.storage, self.committer, cached.version)
+            versions = sorted(newer)
+            if versions == list(range(cached.version + 1, cached.version + 1 + len(versions))):
+                if not versions:
+                    return cached
+                state = cached.copy()
+                partial = Listing(newer, {})
+                for v in versions:
+                    state.apply(v, read_commit(self.storage, partial, v))
+                self._cache = state
+                return state
+        state = load_state(self.storage, self._listing())
+        self._cache = state
+        return state
+
     def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
         """The latest snapshot, or the one `as of version` / `as of timestamp` (ms since the epoch)."""
         if version is not None and timestamp_ms is not None:
             raise InvalidArgument("give a version or a timestamp, not both")
+        if version is None and timestamp_ms is None:
+            return Snapshot(self.storage, self._latest())
         listing = self._listing()
         if timestamp_ms is not None:
             version = self._timeline(listing).version_at(timestamp_ms)
         return Snapshot(self.storage, load_state(self.storage, listing, version))
 
     def version(self) -> int:
-        return self._listing().latest
+        return self._latest().version
 
     def to_arrow(self, version: int | None = None, *, timestamp_ms: int | None = None) -> pa.Table:
         return self.snapshot(version, timestamp_ms=timestamp_ms).to_arrow()
@@ -199,8 +230,8 @@ class DeltaTable:
         return self.snapshot().txn_version(app_id)
 
     def _timeline(self, listing: Listing) -> Timeline:
-        latest = load_state(self.storage, listing)
-        return Timeline(self.storage, listing, ict_enablement(latest.protocol, latest.metadata))
+        protocol, metadata = load_protocol_metadata(self.storage, listing)
+        return Timeline(self.storage, listing, ict_enablement(protocol, metadata))
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         return self._timeline(self._listing()).history(limit)
@@ -216,7 +247,7 @@ class DeltaTable:
     # writing
 
     def transaction(self, operation: str = "WRITE") -> Transaction:
-        return Transaction(self, load_state(self.storage, self._listing()), operation)
+        return Transaction(self, self._latest(), operation)
 
     def write_files(self, data: pa.Table | pa.RecordBatch, snapshot: Snapshot | None = None) -> list[Add]:
         """Write data files for `data` without committing them (what executors do)."""

@@ -171,6 +171,8 @@ class Transaction:
             version = base.version + 1
             response = table.committer.commit(table.storage, version, encode_commit(actions), actions)
             if not isinstance(response, CommitConflict):
+                base.apply(version, actions)
+                table._cache = base  # the next transaction starts from here without re-reading the log
                 return CommitResult(response.version, ict, attempt)
             if not response.retryable:
                 raise Conflict(f"commit of version {version} refused: {response.reason}")

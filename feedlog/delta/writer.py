@@ -8,8 +8,10 @@ overwritten (PROTOCOL.md "Data Files"); a file is invisible until a commit adds 
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,20 +100,36 @@ def write_files(
     """
     opts = options or WriteOptions()
     table = conform(pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data, schema)
-    adds: list[Add] = []
     if table.num_rows == 0:
-        return adds
+        return []
     codec = _CODECS[opts.compression]
+    jobs: list[tuple[dict[str, str | None], pa.Table]] = []
     for values, part in _split(table, partition_columns):
-        step = opts.max_rows_per_file or max(part.num_rows, 1)
-        for offset in range(0, part.num_rows, step):
-            chunk = part.slice(offset, step)
-            body = write_parquet(chunk, codec)
-            prefix = _partition_dir(values)
-            name = f"part-{len(adds):05d}-{new_id()}-c000.{opts.compression}.parquet"
-            path = f"{prefix}/{name}" if prefix else name
-            if not storage.put_if_absent(path, body):
-                raise Unavailable(f"data file name {path} is already taken (id generator not unique?)")
-            stats = file_stats(chunk, opts.indexed_cols)
-            adds.append(Add(urllib.parse.quote(path, safe="/=-_.~"), values, len(body), now_ms, True, stats))
-    return adds
+        step = opts.max_rows_per_file or _rows_per_file(part.num_rows)
+        jobs.extend((values, part.slice(offset, step)) for offset in range(0, part.num_rows, step))
+
+    def write_one(job: tuple[int, tuple[dict[str, str | None], pa.Table]]) -> Add:
+        i, (values, chunk) = job
+        body = write_parquet(chunk, codec)
+        prefix = _partition_dir(values)
+        name = f"part-{i:05d}-{new_id()}-c000.{opts.compression}.parquet"
+        path = f"{prefix}/{name}" if prefix else name
+        if not storage.put_if_absent(path, body):
+            raise Unavailable(f"data file name {path} is already taken (id generator not unique?)")
+        stats = file_stats(chunk, opts.indexed_cols)
+        return Add(urllib.parse.quote(path, safe="/=-_.~"), values, len(body), now_ms, True, stats)
+
+    if len(jobs) == 1:
+        return [write_one((0, jobs[0]))]
+    # Parquet encoding and fsync release the GIL: big writes use every core, as delta-rs does.
+    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        return list(pool.map(write_one, enumerate(jobs)))
+
+
+#: below this many rows a file is not split for parallelism
+PARALLEL_SPLIT_ROWS = 250_000
+
+
+def _rows_per_file(rows: int) -> int:
+    ways = max(1, min(os.cpu_count() or 1, rows // PARALLEL_SPLIT_ROWS))
+    return max(1, -(-rows // ways))
