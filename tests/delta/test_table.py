@@ -247,7 +247,7 @@ def test_big_writes_are_split_into_files_written_in_parallel(new_table, monkeypa
     from feedlog.delta import writer
 
     monkeypatch.setattr(writer, "PARALLEL_SPLIT_ROWS", 10)
-    monkeypatch.setattr(writer.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
     t = new_table(partition_by=["p"])
     t.append(pa.concat_tables([rows(0, 30, "a"), rows(30, 5, "b")]))
     files = t.snapshot().files()

@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import deltalake
@@ -67,12 +68,16 @@ def line(what: str, ours: str, ref: str, ratio: float, better: str) -> None:
     print(f"{what:<44} ours {ours:>14}   delta-rs {ref:>14}   ratio {ratio:6.2f}x ({better})")
 
 
+def _ours_bulk(path: Path, table: pa.Table) -> None:
+    DeltaTable.create(path, table.schema).append(table)
+
+
 def bulk(root: Path, rows: int, repeats: int = 3) -> None:
     table = data(rows)
     ours_runs, ref_runs = [], []
     for i in range(repeats):  # interleaved, median: the machine's load hits both alike
-        ours_runs.append(timed(lambda i=i: DeltaTable.create(root / f"bulk-ours-{i}", table.schema).append(table)))
-        ref_runs.append(timed(lambda i=i: deltalake.write_deltalake(str(root / f"bulk-dl-{i}"), table)))
+        ours_runs.append(timed(partial(_ours_bulk, root / f"bulk-ours-{i}", table)))
+        ref_runs.append(timed(partial(deltalake.write_deltalake, str(root / f"bulk-dl-{i}"), table)))
     ours, ref = statistics.median(ours_runs), statistics.median(ref_runs)
     line(f"bulk append {rows:,} rows", f"{rows / ours:,.0f} rows/s", f"{rows / ref:,.0f} rows/s",
          ref / ours, "ours/ref")  # fmt: skip
