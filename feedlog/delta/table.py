@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..clock import Clock, SystemClock
-from ..errors import AlreadyExists, InvalidArgument
+from ..errors import AlreadyExists, Conflict, InvalidArgument
 from .actions import ENABLE_ICT, ICT, Add, Metadata, Protocol, encode_commit
 from .committer import Committed, Committer, FilesystemCommitter
 from .log import (
@@ -285,8 +285,9 @@ class DeltaTable:
             tx.remove_files(snapshot.files())
         try:
             return tx.commit()
-        except BaseException:
-            # the commit did not happen: the files are unreferenced, remove them now rather than at vacuum
+        except Conflict:
+            # Definitely not committed, so the files are unreferenced: remove them now rather than at
+            # vacuum. Any other failure (I/O, interrupt) may have committed them; they stay.
             for a in adds:
                 self.storage.delete(urllib.parse.unquote(a.path))
             raise
