@@ -43,10 +43,11 @@ class Listing:
         return start
 
 
-def list_log(storage: Storage, committer: Committer) -> Listing:
+def list_log(storage: Storage, committer: Committer, stat: bool = False) -> Listing:
+    """The log's commits and checkpoints; file sizes and times only with `stat` (names suffice for replay)."""
     commits: dict[int, FileInfo] = {}
     checkpoints: dict[int, FileInfo] = {}
-    for info in storage.list(LOG_DIR):
+    for info in storage.list(LOG_DIR, stat=stat):
         name = info.path.rsplit("/", 1)[-1]
         if m := _COMMIT.fullmatch(name):
             commits[int(m.group(1))] = info
@@ -63,7 +64,7 @@ def list_log(storage: Storage, committer: Committer) -> Listing:
 def commits_after(storage: Storage, committer: Committer, version: int) -> dict[int, FileInfo]:
     """Commit files of versions > `version` (a list-from: old files are not even looked at)."""
     commits = {}
-    for info in storage.list(LOG_DIR, start_after=f"{version:020d}.json"):
+    for info in storage.list(LOG_DIR, start_after=f"{version:020d}.json", stat=False):
         if m := _COMMIT.fullmatch(info.path.rsplit("/", 1)[-1]):
             commits[int(m.group(1))] = info
     for v, info in committer.ratified_commits(storage, max(commits, default=version) + 1):

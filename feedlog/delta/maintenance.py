@@ -90,7 +90,7 @@ def cleanup_log(table: DeltaTable, retain_ms: int | None = None) -> list[str]:
     if retain_ms < 0:
         raise InvalidArgument("retention must not be negative")
     cutoff_ms = table.clock.now_ms() - retain_ms
-    timeline = Timeline(storage, listing, ict_enablement(protocol, metadata))
+    timeline = Timeline(storage, table.committer, listing, ict_enablement(protocol, metadata))
     # Commit times are monotonic across the ICT enablement boundary (ICT writer requirement 5),
     # so the cutoff commit is found by the same binary search as time travel.
     try:

@@ -7,7 +7,8 @@ implementation must keep (the storage contract suite checks them):
   `start_after` (all if None), sorted by name, with size and modification time (ms);
   hidden names ('.' prefix: in-flight temp files) are not listed; a missing directory
   lists as empty. (`start_after` is the object stores' list-from, and spares a local
-  listing a stat per old log file.)
+  listing a stat per old log file.) With `stat=False` an implementation may leave size and
+  modification time as None, when names are all the caller needs.
 - `read(path)` returns the whole file or raises NotFound.
 - `put_if_absent(path, data)` creates the file with exactly `data`, atomically:
   concurrent callers for one path see exactly one True; readers never see a partial file.
@@ -28,12 +29,12 @@ from ..errors import NotFound, Unavailable
 
 class FileInfo(NamedTuple):
     path: str
-    size: int
-    modified_ms: int
+    size: int | None
+    modified_ms: int | None
 
 
 class Storage(Protocol):
-    def list(self, directory: str, start_after: str | None = None) -> list[FileInfo]: ...
+    def list(self, directory: str, start_after: str | None = None, stat: bool = True) -> list[FileInfo]: ...
 
     def read(self, path: str) -> bytes: ...
 
@@ -70,7 +71,7 @@ class LocalStorage:
     def _abs(self, path: str) -> str:
         return os.path.join(self.root, *path.split("/")) if path else self.root
 
-    def list(self, directory: str, start_after: str | None = None) -> list[FileInfo]:
+    def list(self, directory: str, start_after: str | None = None, stat: bool = True) -> list[FileInfo]:
         prefix = f"{directory}/" if directory else ""
         out = []
         try:
@@ -79,6 +80,9 @@ class LocalStorage:
                     if entry.name.startswith(".") or (start_after is not None and entry.name <= start_after):
                         continue
                     if not entry.is_file(follow_symlinks=False):
+                        continue
+                    if not stat:
+                        out.append(FileInfo(prefix + entry.name, None, None))
                         continue
                     st = entry.stat(follow_symlinks=False)
                     out.append(FileInfo(prefix + entry.name, st.st_size, st.st_mtime_ns // 1_000_000))

@@ -231,7 +231,7 @@ class DeltaTable:
 
     def _timeline(self, listing: Listing) -> Timeline:
         protocol, metadata = load_protocol_metadata(self.storage, listing)
-        return Timeline(self.storage, listing, ict_enablement(protocol, metadata))
+        return Timeline(self.storage, self.committer, listing, ict_enablement(protocol, metadata))
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         return self._timeline(self._listing()).history(limit)

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Corruption, NotFound
+from ..errors import Corruption, NotFound, Unavailable
 from .actions import CommitInfo, to_json
-from .log import Listing, read_commit
+from .committer import Committer
+from .log import Listing, list_log, read_commit
 from .replay import IctEnablement
 from .storage import Storage
 
@@ -39,8 +40,11 @@ class HistoryEntry:
 
 
 class Timeline:
-    def __init__(self, storage: Storage, listing: Listing, enablement: IctEnablement | None) -> None:
+    def __init__(
+        self, storage: Storage, committer: Committer, listing: Listing, enablement: IctEnablement | None
+    ) -> None:
         self.storage = storage
+        self.committer = committer
         self.listing = listing
         self.enablement = enablement
         self._file_times: dict[int, int] | None = None
@@ -68,10 +72,15 @@ class Timeline:
 
     def file_time(self, version: int) -> int:
         if self._file_times is None:
+            listing = self.listing
+            if any(info.modified_ms is None for info in listing.commits.values()):
+                listing = list_log(self.storage, self.committer, stat=True)  # only now are file times needed
             times: dict[int, int] = {}
             last = None
-            for v in sorted(self.listing.commits):
-                t = self.listing.commits[v].modified_ms
+            for v in sorted(listing.commits):
+                t = listing.commits[v].modified_ms
+                if t is None:
+                    raise Unavailable(f"{self.storage.location} reports no modification time for commit {v}")
                 if last is not None and t <= last:
                     t = last + 1
                 times[v] = last = t

@@ -123,7 +123,7 @@ class Transaction:
                 # ICT writer requirement 5: the enabling ICT exceeds the previous commit file's time;
                 # requirement 4: record where ICTs start.
                 prev_file_ms = self.table.storage.stat(commit_path(base.version)).modified_ms
-                ict = max(ict, prev_file_ms + 1)
+                ict = max(ict, (prev_file_ms or 0) + 1)
                 metadata = metadata.with_configuration(
                     {ICT_ENABLEMENT_VERSION: str(version), ICT_ENABLEMENT_TIMESTAMP: str(ict)}
                 )
