@@ -16,9 +16,9 @@ from typing import Any
 import pyarrow as pa
 
 from ..clock import Clock, SystemClock
-from ..errors import AlreadyExists, Conflict, InvalidArgument
-from .actions import ENABLE_ICT, ICT, Add, Metadata, Protocol, encode_commit
-from .committer import Committed, Committer, FilesystemCommitter
+from ..errors import AlreadyExists, Conflict, InvalidArgument, NotFound
+from .actions import ENABLE_ICT, ICT, Add, Metadata, Protocol, decode_commit, encode_commit
+from .committer import Committed, Committer, FilesystemCommitter, commit_path
 from .log import (
     Listing,
     TableNotFound,
@@ -32,7 +32,7 @@ from .parquet import read_parquet
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .schema import from_schema_string, to_schema_string
 from .storage import LocalStorage, Storage
-from .timeline import HistoryEntry, Timeline
+from .timeline import HistoryEntry, Timeline, _last_at_or_before
 from .transaction import CommitResult, Transaction, ict_protocol_for_new_table
 from .writer import WriteOptions, write_files
 
@@ -238,7 +238,41 @@ class DeltaTable:
 
     def version_at(self, timestamp_ms: int) -> int:
         """The newest version committed at or before `timestamp_ms` (ICT reader rules)."""
+        state = self._latest()
+        e = ict_enablement(state.protocol, state.metadata)
+        in_ict_range = e is not None and (e.timestamp is None or timestamp_ms >= e.timestamp)
+        if in_ict_range and isinstance(self.committer, FilesystemCommitter):
+            assert e is not None
+            found = self._ict_version_at(e.version, state.version, timestamp_ms)
+            if found is not None:
+                return found
+        # file times, or an answer near the retained log's start: the listing-based timeline
         return self._timeline(self._listing()).version_at(timestamp_ms)
+
+    def _ict_version_at(self, lo: int, hi: int, timestamp_ms: int) -> int | None:
+        """Binary search of ICTs without listing the log: O(log n) commit reads.
+
+        Cleanup removes a prefix of the log, so a missing commit file counts as
+        "earlier than everything retained"; None if the answer is not retained.
+        """
+        missing = -(2**63)
+        timeline = Timeline(self.storage, self.committer, Listing({}, {}), None)
+
+        def ict_of(v: int) -> int:
+            try:
+                actions = decode_commit(self.storage.read(commit_path(v)), v)
+            except NotFound:
+                return missing
+            info = TableState.commit_info_of(actions)
+            if info is None or info.in_commit_timestamp is None:
+                return timeline.ict_missing(v)
+            return info.in_commit_timestamp
+
+        try:
+            v = _last_at_or_before(lo, hi, ict_of, timestamp_ms)
+        except NotFound:
+            return None
+        return None if ict_of(v) == missing else v
 
     def ict_enablement(self) -> IctEnablement | None:
         s = self.snapshot()

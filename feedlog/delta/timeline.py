@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import Corruption, NotFound, Unavailable
 from .actions import CommitInfo, to_json
@@ -64,11 +64,14 @@ class Timeline:
     def ict(self, version: int) -> int:
         info = self._commit_info(version)
         if info is None or info.in_commit_timestamp is None:
-            raise Corruption(
-                f"commit {version} has no inCommitTimestamp although in-commit timestamps are enabled "
-                f"from version {self.enablement.version if self.enablement else 0}: the table is corrupt"
-            )
+            return self.ict_missing(version)
         return info.in_commit_timestamp
+
+    def ict_missing(self, version: int) -> NoReturn:
+        raise Corruption(
+            f"commit {version} has no inCommitTimestamp although in-commit timestamps are enabled "
+            f"from version {self.enablement.version if self.enablement else 0}: the table is corrupt"
+        )
 
     def file_time(self, version: int) -> int:
         if self._file_times is None:
