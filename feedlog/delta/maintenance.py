@@ -23,7 +23,7 @@ from .actions import DELETED_FILE_RETENTION, LOG_RETENTION
 from .committer import LOG_DIR
 from .log import list_log, load_protocol_metadata, load_state
 from .replay import ict_enablement
-from .timeline import Timeline, _last_at_or_before
+from .timeline import Timeline, last_at_or_before
 
 if TYPE_CHECKING:
     from .table import DeltaTable
@@ -94,7 +94,7 @@ def cleanup_log(table: DeltaTable, retain_ms: int | None = None) -> list[str]:
     # Commit times are monotonic across the ICT enablement boundary (ICT writer requirement 5),
     # so the cutoff commit is found by the same binary search as time travel.
     try:
-        cutoff_commit = _last_at_or_before(listing.earliest, listing.latest, timeline.commit_time, cutoff_ms)
+        cutoff_commit = last_at_or_before(listing.earliest, listing.latest, timeline.commit_time, cutoff_ms)
     except NotFound:
         return []
     protected = max((v for v in listing.checkpoints if v <= cutoff_commit), default=None)

@@ -23,7 +23,7 @@ DEFAULT_INDEXED_COLS = 32
 STRING_PREFIX = 32
 
 
-def _jsonable(value: Any, t: pa.DataType) -> Any:
+def _jsonable(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         value = value.astimezone(dt.UTC) if value.tzinfo else value
         return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
@@ -54,7 +54,7 @@ def _bounds(col: pa.ChunkedArray) -> tuple[Any, Any] | None:
         lo = lo[:STRING_PREFIX]
         if len(hi) > STRING_PREFIX:
             hi = None
-    return _jsonable(lo, t), _jsonable(hi, t) if hi is not None else None
+    return _jsonable(lo), _jsonable(hi) if hi is not None else None
 
 
 def _collect(

@@ -32,8 +32,8 @@ from .parquet import read_parquet
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .schema import from_schema_string, to_schema_string
 from .storage import LocalStorage, Storage
-from .timeline import HistoryEntry, Timeline, _last_at_or_before
-from .transaction import CommitResult, Transaction, ict_protocol_for_new_table
+from .timeline import HistoryEntry, Timeline, last_at_or_before, missing_ict
+from .transaction import CommitResult, Transaction, protocol_for_new_table
 from .writer import WriteOptions, write_files
 
 
@@ -161,7 +161,7 @@ class DeltaTable:
         now = table.clock.now_ms()
         txn = Transaction(table, TableState(), "CREATE TABLE")
         txn.operation_parameters = {"partitionBy": list(partition_by), "properties": props}
-        txn.new_protocol = ict_protocol_for_new_table(props)
+        txn.new_protocol = protocol_for_new_table(props)
         txn.new_metadata = Metadata(
             id=table.new_id(),
             schema_string=to_schema_string(schema),
@@ -256,7 +256,6 @@ class DeltaTable:
         "earlier than everything retained"; None if the answer is not retained.
         """
         missing = -(2**63)
-        timeline = Timeline(self.storage, self.committer, Listing({}, {}), None)
 
         def ict_of(v: int) -> int:
             try:
@@ -265,11 +264,11 @@ class DeltaTable:
                 return missing
             info = TableState.commit_info_of(actions)
             if info is None or info.in_commit_timestamp is None:
-                return timeline.ict_missing(v)
+                missing_ict(v, lo)
             return info.in_commit_timestamp
 
         try:
-            v = _last_at_or_before(lo, hi, ict_of, timestamp_ms)
+            v = last_at_or_before(lo, hi, ict_of, timestamp_ms)
         except NotFound:
             return None
         return None if ict_of(v) == missing else v

@@ -64,14 +64,8 @@ class Timeline:
     def ict(self, version: int) -> int:
         info = self._commit_info(version)
         if info is None or info.in_commit_timestamp is None:
-            return self.ict_missing(version)
+            missing_ict(version, self.enablement.version if self.enablement else 0)
         return info.in_commit_timestamp
-
-    def ict_missing(self, version: int) -> NoReturn:
-        raise Corruption(
-            f"commit {version} has no inCommitTimestamp although in-commit timestamps are enabled "
-            f"from version {self.enablement.version if self.enablement else 0}: the table is corrupt"
-        )
 
     def file_time(self, version: int) -> int:
         if self._file_times is None:
@@ -129,10 +123,17 @@ class Timeline:
             lo, hi, time_of = earliest, e.version - 1, self.file_time
         if lo > hi:
             raise NotFound(f"no retained version of the table was committed at or before {iso(timestamp_ms)}")
-        return _last_at_or_before(lo, hi, time_of, timestamp_ms)
+        return last_at_or_before(lo, hi, time_of, timestamp_ms)
 
 
-def _last_at_or_before(lo: int, hi: int, time_of: Callable[[int], int], target: int) -> int:
+def missing_ict(version: int, enabled_from: int) -> NoReturn:
+    raise Corruption(
+        f"commit {version} has no inCommitTimestamp although in-commit timestamps are enabled "
+        f"from version {enabled_from}: the table is corrupt"
+    )
+
+
+def last_at_or_before(lo: int, hi: int, time_of: Callable[[int], int], target: int) -> int:
     first = time_of(lo)
     if first > target:
         raise NotFound(f"{iso(target)} is before the earliest available commit (version {lo} at {iso(first)})")

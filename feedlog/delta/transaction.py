@@ -186,7 +186,7 @@ class Transaction:
         raise Conflict(f"gave up after {table.max_commit_attempts} attempts: the table is too contended")
 
 
-def ict_protocol_for_new_table(properties: Mapping[str, str]) -> Protocol:
+def protocol_for_new_table(properties: Mapping[str, str]) -> Protocol:
     """Reader 1 / writer 7 listing exactly the writer features the properties make active."""
     features = []
     if _is_true(properties, APPEND_ONLY_PROP):
