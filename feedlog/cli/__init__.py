@@ -62,7 +62,7 @@ def emit(ns: argparse.Namespace, data: Any, human: Callable[[], None] | str | No
 
 
 def build_parser() -> Parser:
-    from . import feed_cmds, table_cmds
+    from . import feed_cmds, peer_cmds, table_cmds
 
     parser = Parser(
         prog="feedlog",
@@ -71,6 +71,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     feed_cmds.register(sub)
+    peer_cmds.register(sub)
     table_cmds.register(sub)
     return parser
 

@@ -16,6 +16,7 @@ from ..log.entries import DRIVE_EVENT, PROTOCOLS, Record
 from ..log.feed import DEFAULT_TIMESTAMPS, Appended, Feed, Write
 from ..log.timestamps import TimestampPolicy, parse_duration
 from . import emit
+from .peer_cmds import is_remote, remote_create, remote_info, remote_put, tls_args
 
 DEFAULT_BATCH = 1000
 
@@ -92,14 +93,16 @@ def policy_arg(text: str) -> TimestampPolicy:
 
 
 def cmd_create(ns: argparse.Namespace) -> None:
+    if is_remote(ns.path):
+        return remote_create(ns)
     feed = Feed.create(ns.path, content_type=ns.type, timestamps=ns.timestamps, ttl=ns.ttl, fsync=not ns.no_fsync)
     info = feed.info()
     feed.close()
     emit(ns, info, f"created {ns.path}\nkey {info['key']}")
 
 
-def _value(feed: Feed, raw: str, is_hex: bool) -> bytes | dict[str, Any]:
-    if feed.content_type == DRIVE_EVENT:
+def parse_value(content_type: str, raw: str, is_hex: bool) -> bytes | dict[str, Any]:
+    if content_type == DRIVE_EVENT:
         try:
             stat = json.loads(raw)
         except ValueError:
@@ -116,12 +119,16 @@ def _value(feed: Feed, raw: str, is_hex: bool) -> bytes | dict[str, Any]:
 
 
 def cmd_put(ns: argparse.Namespace) -> None:
+    if is_remote(ns.path):
+        return remote_put(ns, deleted=False)
     with opened(ns.path, writable=True) as feed:
-        a = feed.put(ns.key, _value(feed, ns.value, ns.hex), ttl=ns.ttl, timestamps=ns.timestamps)
+        a = feed.put(ns.key, parse_value(feed.content_type, ns.value, ns.hex), ttl=ns.ttl, timestamps=ns.timestamps)
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
 def cmd_del(ns: argparse.Namespace) -> None:
+    if is_remote(ns.path):
+        return remote_put(ns, deleted=True)
     with opened(ns.path, writable=True) as feed:
         a = feed.delete(ns.key, timestamps=ns.timestamps)
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
@@ -269,8 +276,11 @@ def cmd_cat(ns: argparse.Namespace) -> None:
 
 
 def cmd_info(ns: argparse.Namespace) -> None:
-    with opened(ns.path) as feed:
-        info = feed.info()
+    if is_remote(ns.path):
+        info = remote_info(ns)
+    else:
+        with opened(ns.path) as feed:
+            info = feed.info()
 
     def human() -> None:
         for k, v in info.items():
@@ -340,7 +350,7 @@ def register(sub: Any) -> None:
         p.add_argument("--json", action="store_true", help="machine-readable output (hex for binary)")
 
     p = add("create", cmd_create, "create a new feed (generates its Ed25519 key pair)")
-    p.add_argument("path")
+    p.add_argument("path", help="a directory, or grpc://HOST:PORT to have a peer create (and own) it")
     p.add_argument(
         "--timestamps",
         default=DEFAULT_TIMESTAMPS,
@@ -352,21 +362,24 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-fsync", action="store_true", help="do not fsync appends (faster, loses the tail on power loss)"
     )
+    tls_args(p)
     json_flag(p)
 
     p = add("put", cmd_put, "append one entry (key = value)")
-    p.add_argument("path")
+    p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY of a feed the peer owns")
     p.add_argument("key")
     p.add_argument("value", help="text; hex with --hex; a JSON stat for drive-event feeds")
     p.add_argument("--hex", action="store_true", help="VALUE is hex-encoded bytes")
     p.add_argument("--ttl", metavar="DURATION", help="time-to-live of this entry (default: the feed's)")
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
+    tls_args(p)
     json_flag(p)
 
     p = add("del", cmd_del, "append a timestamped deletion of a key")
-    p.add_argument("path")
+    p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY of a feed the peer owns")
     p.add_argument("key")
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
+    tls_args(p)
     json_flag(p)
 
     p = add("append", cmd_append, "bulk-append JSON lines, one signed batch per --batch lines")
@@ -401,7 +414,8 @@ def register(sub: Any) -> None:
     json_flag(p)
 
     p = add("info", cmd_info, "key, length, signed tree hash, timestamp policy and range")
-    p.add_argument("path")
+    p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY")
+    tls_args(p)
     json_flag(p)
 
     p = add("timestamp", cmd_timestamp, "the writer timestamp of one seq")

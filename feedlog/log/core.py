@@ -17,12 +17,23 @@ import ctypes.util
 import fcntl
 import os
 import threading
+from array import array
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import AlreadyExists, Corruption, InvalidArgument, NotFound, ReadOnly, SignatureError, Unavailable
+from ..errors import (
+    AlreadyExists,
+    Conflict,
+    Corruption,
+    InvalidArgument,
+    NotFound,
+    ReadOnly,
+    SignatureError,
+    Unavailable,
+)
 from . import merkle, storage
 from .crypto import KeyPair, Signer, Verifier, leaf_hash, tree_signable
 from .merkle import Node, Proof, TreeState
@@ -32,6 +43,25 @@ SECRET_FILE = "secret_key"
 #: write a checkpoint (fsync tree+index) after this many log bytes, bounding recovery work
 CHECKPOINT_BYTES = 32 << 20
 _EMPTY_HASH = merkle.roots_hash([])
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Consecutive blocks of one signed append batch, as replication sends them.
+
+    `state` is the batch's signed state; None when the batch continues past
+    these blocks (a reader verifies once the rest arrives). A cleared block is
+    None in `blocks` and its leaf node is in `cleared`.
+    """
+
+    start: int
+    blocks: list[bytes | None]
+    cleared: list[Node]
+    state: TreeState | None
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +113,9 @@ class Core:
         self._ckpt = storage.Checkpoint()
         self.recovered_batches = 0
         self.truncated_bytes = 0
+        # record boundaries (end length, log offset), for serving whole signed batches; built on first use
+        self._rec_ends: array[int] | None = None
+        self._rec_offs: array[int] = array("q")
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -178,8 +211,13 @@ class Core:
             self._commit(start, blocks, created, roots, state, min_ts, max_ts)
             return state
 
-    def append_signed(self, blocks: Sequence[bytes], state: TreeState, *, min_ts: int = 0, max_ts: int = 0) -> None:
-        """Append a batch signed elsewhere (replication): stored only if it verifies."""
+    def append_signed(
+        self, blocks: Sequence[bytes], state: TreeState, *, min_ts: int = 0, max_ts: int = 0, sync: bool = True
+    ) -> None:
+        """Append a batch signed elsewhere (replication): stored only if it verifies.
+
+        `sync=False` leaves the fsync to a later `sync()` (a follower storing many batches at once).
+        """
         with self.lock:
             start = self._state.length
             if state.length != start + len(blocks):
@@ -189,7 +227,46 @@ class Core:
                 raise Corruption(f"blocks {start}..{state.length - 1} do not hash to the signed tree hash")
             if not self.verifier.verify(state.signature, state.signable()):
                 raise SignatureError(f"signature for length {state.length} does not verify with the feed key")
+            self._commit(start, blocks, created, roots, state, min_ts, max_ts, sync=sync)
+
+    def append_with_signature(
+        self,
+        expected_length: int,
+        blocks: Sequence[bytes],
+        signature: bytes,
+        *,
+        fork: int = 0,
+        min_ts: int = 0,
+        max_ts: int = 0,
+    ) -> TreeState:
+        """A key holder's remote append: recompute the tree here and check their signature over it.
+
+        `expected_length` must be the current length, so a writer that missed
+        appends cannot fork the feed (`Conflict` names the current length).
+        """
+        with self.lock:
+            start = self._state.length
+            if expected_length != start:
+                raise Conflict(f"the feed has length {start}, the append expected {expected_length}")
+            if fork != self._state.fork:
+                raise Conflict(f"the feed is at fork {self._state.fork}, the append is for fork {fork}")
+            if not blocks:
+                raise InvalidArgument("cannot append an empty batch")
+            created, roots = merkle.append_leaves(self._roots, start, blocks)
+            state = TreeState(start + len(blocks), fork, merkle.roots_hash(roots), signature)
+            if not self.verifier.verify(signature, state.signable()):
+                raise SignatureError(
+                    f"signature over length {state.length} does not verify with the feed key "
+                    "(only the key holder can append)"
+                )
             self._commit(start, blocks, created, roots, state, min_ts, max_ts)
+            return state
+
+    def sync(self) -> None:
+        """Make every stored batch durable (after `append_signed(..., sync=False)`)."""
+        with self.lock:
+            if self.writable and self._fds:
+                os.fdatasync(self._log)
 
     def _commit(
         self,
@@ -200,6 +277,8 @@ class Core:
         state: TreeState,
         min_ts: int,
         max_ts: int,
+        *,
+        sync: bool = True,
     ) -> None:
         if not self.writable:
             raise ReadOnly(f"{self.path}: opened read-only")
@@ -218,8 +297,9 @@ class Core:
             pos += len(b)
         os.pwrite(self._index, entries, start * storage.INDEX_ENTRY.size)
         os.pwrite(self._log, rec, off)
-        if self.fsync:
+        if self.fsync and sync:
             os.fdatasync(self._log)
+        self._note_record(state.length, off)
         self._log_end = off + len(rec)
         self._last_record = off
         self._roots = roots
@@ -315,6 +395,7 @@ class Core:
                 )
                 os.pwrite(self._index, entries, rec.start * storage.INDEX_ENTRY.size)
             self._roots, self._state = roots, state
+            self._note_record(rec.length, rec.offset)
             self._last_record = rec.offset
             self._note_ts(rec.min_ts, rec.max_ts)
             self.recovered_batches += 1
@@ -338,6 +419,72 @@ class Core:
         if total is None:
             return None
         return storage.decode_batch(os.pread(self._log, total, offset), offset)
+
+    # ---- signed batches (what replication serves) -------------------------------------
+
+    def _note_record(self, end: int, offset: int) -> None:
+        if self._rec_ends is not None:
+            self._rec_ends.append(end)
+            self._rec_offs.append(offset)
+
+    def _records(self) -> array[int]:
+        """End lengths of the log records, built by hopping record headers once, then kept current."""
+        if self._rec_ends is None:
+            ends, offs = array("q"), array("q")
+            off = 0
+            while off <= self._last_record:
+                head = storage.decode_head(os.pread(self._log, storage.HEAD_SIZE, off))
+                if head is None:
+                    raise Corruption(f"{self.path}: unreadable log record header at offset {off}")
+                ends.append(head.length)
+                offs.append(off)
+                off += head.total
+            self._rec_ends, self._rec_offs = ends, offs
+        return self._rec_ends
+
+    def _record_state(self, i: int) -> TreeState:
+        head = storage.decode_head(os.pread(self._log, storage.HEAD_SIZE, self._rec_offs[i]))
+        if head is None:
+            raise Corruption(f"{self.path}: unreadable log record header at offset {self._rec_offs[i]}")
+        return TreeState(head.length, head.fork, head.tree_hash, head.signature)
+
+    def segments(self, start: int, end: int, max_bytes: int) -> list[Segment]:
+        """Blocks from `start` as whole signed batches, about `max_bytes` of them.
+
+        Ends at the first batch boundary at or after `end` (so the last segment
+        carries its signature), or earlier when the byte budget runs out; a
+        batch larger than the budget comes in parts, only the last with a state.
+        Always returns at least one block if `start < min(end, length)`.
+        """
+        with self.lock:
+            end = min(end, self.length)
+            if not 0 <= start < end:
+                return []
+            ends = self._records()
+            i = bisect_right(ends, start)
+            stop = ends[bisect_right(ends, end - 1)]  # the batch boundary that covers end - 1
+        out: list[Segment] = []
+        size = 0
+        pos = start
+        blocks: list[bytes | None] = []
+        cleared: list[Node] = []
+        seg_start = start
+        for seq, block in self.get_range(start, stop):
+            if block is None:
+                cleared.append(self.node(2 * seq))
+            else:
+                size += len(block)
+            blocks.append(block)
+            pos = seq + 1
+            if pos == ends[i]:
+                out.append(Segment(seg_start, blocks, cleared, self._record_state(i)))
+                blocks, cleared, seg_start = [], [], pos
+                i += 1
+            if size >= max_bytes:
+                break
+        if blocks:
+            out.append(Segment(seg_start, blocks, cleared, None))
+        return out
 
     # ---- reads ----------------------------------------------------------------------
 

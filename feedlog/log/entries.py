@@ -11,7 +11,7 @@ inflated blocks read too and every block re-encodes to its original bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,3 +146,31 @@ def decode_entry(content_type: str, seq: int, block: bytes) -> Record:
         stat,
         block=block,
     )
+
+
+def scan_blocks(content_type: str, start: int, blocks: Sequence[bytes | None], *, strict: bool) -> tuple[int, int]:
+    """(min, max) writer timestamp of blocks `start...` (0, 0: none), for a batch signed elsewhere.
+
+    Block 0 is the header. `strict` (a writer's append) raises `InvalidArgument`
+    for a block that is not a valid entry of `content_type`; otherwise (a
+    replicated batch, already signed by its author) such a block is just data.
+    """
+    lo = hi = 0
+    for n, block in enumerate(blocks):
+        seq = start + n
+        if block is None:
+            continue
+        try:
+            if seq == 0:
+                if decode_header(block) != content_type:
+                    raise Corruption(f"block 0 declares a {decode_header(block)} feed, not {content_type}")
+                continue
+            ts = decode_entry(content_type, seq, block).timestamp
+        except Corruption as e:
+            if strict:
+                raise InvalidArgument(str(e)) from None
+            continue
+        if ts is not None:
+            lo = ts if not lo or ts < lo else lo
+            hi = max(hi, ts)
+    return lo, hi

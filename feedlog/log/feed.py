@@ -13,6 +13,7 @@ from `get` and their payloads cleared by `compact`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ from . import entries, storage
 from .core import Core, VerifyReport
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record
+from .merkle import TreeState
 from .timestamps import TimestampPolicy, format_duration, parse_duration
 
 SETTINGS_FILE = "feed.json"
@@ -162,6 +164,14 @@ class Feed:
             raise
         return cls(core, settings, clock)
 
+    @classmethod
+    def create_replica(cls, path: str | os.PathLike[str], key: bytes, *, fsync: bool = True) -> Feed:
+        """An empty copy of someone else's feed: no secret key, filled with batches they signed."""
+        if len(key) != 32:
+            raise InvalidArgument(f"a feed key is 32 bytes, got {len(key)}")
+        core = Core.create(path, KeyPair(key, None), fsync=fsync)
+        return cls(core, FeedSettings(fsync=fsync))
+
     def close(self) -> None:
         self.core.close()
 
@@ -220,6 +230,54 @@ class Feed:
                 for w, a in zip(writes, out, strict=True):
                     self._keys.setdefault(w.key, []).append(a.seq)
             return out
+
+    def check(self, writes: Sequence[Write]) -> None:
+        """Raise `InvalidArgument` if `append(writes)` would refuse them (nothing is written)."""
+        if not writes:
+            raise InvalidArgument("nothing to append")
+        now = 0  # any reading encodes the same way; the clock is left alone
+        for w in writes:
+            if not isinstance(w.key, str) or not w.key:
+                raise InvalidArgument("an entry needs a non-empty string key")
+            ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
+            entries.encode_entry(
+                self.content_type,
+                w.key,
+                w.value,
+                deleted=w.deleted,
+                timestamp=now,
+                expires_at=now + ttl if ttl and not w.deleted else None,
+            )
+
+    def store_signed(self, blocks: Sequence[bytes], state: TreeState, *, sync: bool = True) -> None:
+        """Store a batch its author signed (replication); refused unless it verifies."""
+        start = self.core.length
+        content_type = entries.decode_header(blocks[0]) if start == 0 and blocks else self.content_type
+        lo, hi = entries.scan_blocks(content_type, start, blocks, strict=False)
+        self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=sync)
+        self._stored(start, content_type)
+
+    def append_with_signature(
+        self, expected_length: int, blocks: Sequence[bytes], signature: bytes, *, fork: int = 0
+    ) -> TreeState:
+        """A key holder's remote append: blocks must be valid entries, the signature theirs."""
+        start = self.core.length
+        if start == expected_length == 0 and blocks:
+            try:
+                content_type = entries.decode_header(blocks[0])
+            except Corruption as e:
+                raise InvalidArgument(str(e)) from None
+        else:
+            content_type = self.content_type
+        lo, hi = entries.scan_blocks(content_type, expected_length, blocks, strict=True)
+        state = self.core.append_with_signature(expected_length, blocks, signature, fork=fork, min_ts=lo, max_ts=hi)
+        self._stored(start, content_type)
+        return state
+
+    def _stored(self, start: int, content_type: str) -> None:
+        if start == 0 and content_type != self.settings.content_type:
+            self.settings = dataclasses.replace(self.settings, content_type=content_type)
+        self._keys = None
 
     def put(
         self,

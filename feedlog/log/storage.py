@@ -68,6 +68,26 @@ def encode_batch(
     return rec + _CRC.pack(zlib.crc32(rec)), _HEAD.size + len(lengths)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordHead:
+    total: int  # bytes of the whole record
+    start: int
+    length: int
+    fork: int
+    tree_hash: bytes
+    signature: bytes
+
+
+def decode_head(buf: bytes) -> RecordHead | None:
+    """The header of the record at `buf[0:]` (no CRC check: only for records already validated)."""
+    if len(buf) < _HEAD.size:
+        return None
+    magic, body_len, start, count, fork, length, _min, _max, th, sig = _HEAD.unpack_from(buf, 0)
+    if magic != MAGIC or length != start + count:
+        return None
+    return RecordHead(8 + body_len + _CRC.size, start, length, fork, th, sig)
+
+
 def decode_batch(buf: bytes | memoryview, offset: int) -> BatchRecord | None:
     """Decode the record at `buf[0:]` (which starts at log `offset`); None if torn or invalid."""
     if len(buf) < _HEAD.size + _CRC.size:

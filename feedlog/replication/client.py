@@ -1,0 +1,342 @@
+"""The client of the `Feeds` service: typed errors, deadlines, optional TLS.
+
+    client = FeedClient("127.0.0.1:7000")
+    client.info(key)                              # as `feedlog info --json`
+    for batch in client.read_verified(key, 1):    # every block checked against the signed tree
+        ...
+    with client.producer(key) as p:               # Kafka-style: put() returns a future
+        futures = [p.put(Write("/k", b"v")) for _ in range(10_000)]
+
+Every failed call raises a `FeedlogError` naming the peer (see `wire.ERROR_OF`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from ..errors import Corruption, FeedlogError, InvalidArgument, Unavailable
+from ..log.feed import Appended, Write
+from ..log.merkle import Proof, TreeState
+from ..pb import feeds_pb2 as pb
+from ..pb import feeds_pb2_grpc as pb_grpc
+from . import wire
+from .verify import SegmentVerifier, Verified
+
+DEFAULT_TIMEOUT = 30.0
+MAX_MESSAGE_BYTES = 64 << 20
+SCHEME = "grpc://"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """`grpc://HOST:PORT[/KEY]`: a peer, and optionally a feed on it (key hex, or a name the peer knows)."""
+
+    target: str
+    feed: str | None = None
+
+    @classmethod
+    def parse(cls, url: str, *, need_feed: bool = False) -> Address:
+        if not url.startswith(SCHEME):
+            raise InvalidArgument(f"{url!r}: expected grpc://HOST:PORT{'/KEY' if need_feed else ''}")
+        rest = url[len(SCHEME) :]
+        target, _, feed = rest.partition("/")
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgument(f"{url!r}: expected grpc://HOST:PORT with a port number")
+        if need_feed and not feed:
+            raise InvalidArgument(f"{url!r}: name a feed: grpc://HOST:PORT/KEY")
+        return cls(target, feed or None)
+
+    @property
+    def key(self) -> bytes:
+        """The feed key named by the address (64 hex digits)."""
+        try:
+            key = bytes.fromhex(self.feed or "")
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            raise InvalidArgument(f"{self.feed!r} is not a feed key (64 hex digits)")
+        return key
+
+    def __str__(self) -> str:
+        return f"{SCHEME}{self.target}" + (f"/{self.feed}" if self.feed else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """TLS for a client: the CA that signed the peer's certificate, and our own cert for mutual TLS."""
+
+    ca: bytes
+    cert: bytes | None = None
+    key: bytes | None = None
+
+    @classmethod
+    def from_files(cls, ca: str, cert: str | None = None, key: str | None = None) -> Tls:
+        if (cert is None) != (key is None):
+            raise InvalidArgument("a client certificate needs its key, and a key its certificate")
+        try:
+            return cls(
+                Path(ca).read_bytes(),
+                Path(cert).read_bytes() if cert else None,
+                Path(key).read_bytes() if key else None,
+            )
+        except OSError as e:
+            raise InvalidArgument(f"cannot read TLS file: {e}") from None
+
+
+def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+    ]
+
+
+class FeedClient:
+    def __init__(self, target: str, *, tls: Tls | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.target = target
+        self.timeout = timeout
+        if tls is None:
+            self.channel = grpc.insecure_channel(target, options=channel_options())
+        else:
+            creds = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
+            self.channel = grpc.secure_channel(target, creds, options=channel_options())
+        self.stub = pb_grpc.FeedsStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> FeedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[..., Any], request: Any, timeout: float | None = None) -> Any:
+        try:
+            return fn(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            raise wire.error_of(e, self.target) from None
+
+    def _stream(self, it: Iterator[T]) -> Iterator[T]:
+        try:
+            yield from it
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise wire.error_of(e, self.target) from None
+
+    # ---- unary ------------------------------------------------------------------------
+
+    def info(self, key: bytes, *, by_discovery_key: bool = False) -> pb.FeedInfo:
+        fid = pb.FeedId(discovery_key=key) if by_discovery_key else pb.FeedId(key=key)
+        info: pb.FeedInfo = self._call(self.stub.GetInfo, pb.GetInfoRequest(feed=fid))
+        return info
+
+    def create(self, content_type: str = "entry", timestamps: str = "", ttl: str = "") -> pb.FeedInfo:
+        req = pb.CreateRequest(content_type=content_type, timestamps=timestamps, ttl=ttl)
+        info: pb.FeedInfo = self._call(self.stub.Create, req)
+        return info
+
+    def proof(self, key: bytes, seq: int) -> Proof:
+        return wire.proof_of(self._call(self.stub.Proof, pb.ProofRequest(feed=pb.FeedId(key=key), seq=seq)))
+
+    def append(self, key: bytes, expected_length: int, blocks: Sequence[bytes], signature: bytes) -> TreeState:
+        req = pb.AppendRequest(key=key, expected_length=expected_length, blocks=blocks, signature=signature)
+        return wire.state_of(self._call(self.stub.Append, req).state)
+
+    def append_stream(self, requests: Iterable[pb.AppendRequest]) -> Iterator[TreeState]:
+        """Pipelined signed appends: responses in request order; the first failure ends the stream."""
+        for resp in self._stream(self.stub.AppendStream(iter(requests))):
+            yield wire.state_of(resp.state)
+
+    def put(self, feed: bytes, writes: Sequence[Write], timeout: float | None = None) -> list[Appended]:
+        """Server-side append: one durable batch (group-committed with other clients' puts)."""
+        resp = self._call(self.stub.Put, pb.PutRequest(feed=feed, entries=wire.puts_pb(writes)), timeout)
+        return [appended_of(a) for a in resp.appended]
+
+    def producer(self, feed: bytes, **kw: Any) -> Producer:
+        return Producer(self, feed, **kw)
+
+    # ---- streams ----------------------------------------------------------------------
+
+    def read(
+        self, key: bytes, start: int, end: int = 0, *, with_roots: bool = False, max_message_bytes: int = 0
+    ) -> Iterator[pb.ReadResponse]:
+        req = pb.ReadRequest(
+            feed=pb.FeedId(key=key), start=start, end=end, with_roots=with_roots, max_message_bytes=max_message_bytes
+        )
+        return self._stream(self.stub.Read(req))
+
+    def subscribe(self, key: bytes, start: int, *, with_roots: bool = False) -> Subscription:
+        req = pb.SubscribeRequest(feed=pb.FeedId(key=key), start=start, with_roots=with_roots)
+        return Subscription(self, self.stub.Subscribe(req))
+
+    def read_verified(self, key: bytes, start: int, end: int = 0) -> Iterator[Verified]:
+        """Blocks [start, end) (end 0: the current length) as verified batches, trimmed to the range."""
+        return verified(
+            self._stream(
+                self.stub.Read(pb.ReadRequest(feed=pb.FeedId(key=key), start=start, end=end, with_roots=True))
+            ),
+            key,
+            start,
+            end or None,
+            self.target,
+        )
+
+
+class Subscription:
+    """A live tail; iterate for `ReadResponse`s, `cancel()` from any thread to end it."""
+
+    def __init__(self, client: FeedClient, call: Any) -> None:
+        self._client = client
+        self._call = call
+
+    def __iter__(self) -> Iterator[pb.ReadResponse]:
+        return self._client._stream(self._call)
+
+    def verified(self, key: bytes, start: int) -> Iterator[Verified]:
+        return verified(iter(self), key, start, None, self._client.target)
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+def verified(
+    responses: Iterator[pb.ReadResponse], key: bytes, start: int, end: int | None, source: str
+) -> Iterator[Verified]:
+    v: SegmentVerifier | None = None
+    for resp in responses:
+        if v is None:
+            v = SegmentVerifier(key, start, wire.nodes_of(resp.roots), source=source)
+        for m in resp.segments:
+            batch = v.add(wire.segment_of(m))
+            if batch is None:
+                continue
+            if end is not None and batch.start + len(batch.blocks) > end:
+                batch = Verified(batch.start, batch.blocks[: max(end - batch.start, 0)], batch.state)
+            if batch.blocks:
+                yield batch
+            if end is not None and v.length >= end:
+                return
+
+
+def appended_of(a: pb.Appended) -> Appended:
+    return Appended(
+        a.seq, a.timestamp if a.HasField("timestamp") else None, a.expires_at if a.HasField("expires_at") else None
+    )
+
+
+class Producer:
+    """Kafka-style pipelined puts over one `PutStream`.
+
+    `put()` queues one entry and returns a future that resolves, with its seq
+    and timestamp, only once the peer has made it durable. Entries queued
+    while earlier requests are in flight travel together in one message (up to
+    `max_batch`), as a Kafka producer's do; the peer group-commits messages
+    from every client. At most `max_in_flight` requests await their acks.
+    """
+
+    def __init__(self, client: FeedClient, feed: bytes, *, max_batch: int = 1000, max_in_flight: int = 32) -> None:
+        self._client = client
+        self._feed = feed
+        self._max_batch = max_batch
+        self._max_in_flight = max_in_flight
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[pb.Put, Future[Appended]]] = deque()
+        self._in_flight: deque[list[Future[Appended]]] = deque()
+        self._closed = False
+        self._error: FeedlogError | None = None
+        self._call = client.stub.PutStream(self._requests())
+        self._receiver = threading.Thread(target=self._receive, name="feedlog-producer", daemon=True)
+        self._receiver.start()
+
+    def put(self, write: Write) -> Future[Appended]:
+        m = wire.puts_pb([write])[0]
+        fut: Future[Appended] = Future()
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                raise InvalidArgument("the producer is closed")
+            self._queue.append((m, fut))
+            self._cond.notify_all()
+        return fut
+
+    def _requests(self) -> Iterator[pb.PutRequest]:
+        while True:
+            with self._cond:
+                while (not self._queue or len(self._in_flight) >= self._max_in_flight) and not (
+                    self._closed and not self._queue
+                ):
+                    if self._error is not None:
+                        return
+                    self._cond.wait(1.0)
+                if not self._queue:
+                    return  # closed and drained: end the request stream
+                n = min(len(self._queue), self._max_batch)
+                batch = [self._queue.popleft() for _ in range(n)]
+                self._in_flight.append([f for _, f in batch])
+            yield pb.PutRequest(feed=self._feed, entries=[m for m, _ in batch])
+
+    def _receive(self) -> None:
+        try:
+            for resp in self._call:
+                with self._cond:
+                    futs = self._in_flight.popleft()
+                    self._cond.notify_all()
+                for fut, a in zip(futs, resp.appended, strict=True):
+                    fut.set_result(appended_of(a))
+        except grpc.RpcError as e:
+            self._fail(wire.error_of(e, self._client.target))
+            return
+        except ValueError:  # zip(strict=True): an ack for a different number of entries
+            self._fail(Corruption(f"{self._client.target}: acknowledged a different number of entries"))
+            return
+        with self._cond:
+            unfinished = bool(self._in_flight or self._queue)
+        if unfinished:
+            self._fail(Unavailable(f"{self._client.target}: the put stream ended early"))
+
+    def _fail(self, err: FeedlogError) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = err
+            pending = [f for futs in self._in_flight for f in futs] + [f for _, f in self._queue]
+            self._in_flight.clear()
+            self._queue.clear()
+            self._cond.notify_all()
+        for f in pending:
+            if not f.done():
+                f.set_exception(err)
+
+    def flush(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Wait until every queued put is acknowledged (or failed)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._queue and not self._in_flight, timeout):
+                raise Unavailable(f"{self._client.target}: puts still unacknowledged after {timeout}s")
+
+    def close(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._receiver.join(timeout)
+        if self._receiver.is_alive():
+            self._call.cancel()
+            self._receiver.join(5)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,166 @@
+"""Translation between the library's types and the `feedlog.feeds` protobuf messages.
+
+Also the one place where library errors become gRPC status codes and back,
+so the server, the client and the CLI agree on what a status means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import grpc
+
+from .. import errors
+from ..log.core import Segment
+from ..log.crypto import HASH_SIZE, SIGNATURE_SIZE
+from ..log.merkle import Node, Proof, TreeState
+from ..pb import feeds_pb2 as pb
+
+#: library error -> status code (most specific first)
+STATUS_OF: tuple[tuple[type[errors.FeedlogError], grpc.StatusCode], ...] = (
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    # a signature that does not verify: the writer is not the key holder
+    (errors.SignatureError, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.Corruption, grpc.StatusCode.DATA_LOSS),
+    (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ReadOnly, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (errors.Unsupported, grpc.StatusCode.UNIMPLEMENTED),
+)
+
+#: status code -> library error, for the client side
+ERROR_OF: dict[grpc.StatusCode, type[errors.FeedlogError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.OUT_OF_RANGE: errors.InvalidArgument,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
+    grpc.StatusCode.UNAUTHENTICATED: errors.SignatureError,
+    grpc.StatusCode.PERMISSION_DENIED: errors.ReadOnly,
+    grpc.StatusCode.DATA_LOSS: errors.Corruption,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.Conflict,
+    grpc.StatusCode.ABORTED: errors.Conflict,
+    grpc.StatusCode.UNIMPLEMENTED: errors.Unsupported,
+}
+
+#: trailing metadata key carrying the feed's current length on a stale append
+LENGTH_METADATA = "feedlog-length"
+
+
+def status_of(err: errors.FeedlogError) -> grpc.StatusCode:
+    for kind, code in STATUS_OF:
+        if isinstance(err, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def error_of(err: grpc.RpcError, peer: str) -> errors.FeedlogError:
+    """A typed library error for a failed call, naming the peer."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    detail = (err.details() if hasattr(err, "details") else None) or str(code)
+    kind = ERROR_OF.get(code, errors.Unavailable)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message" not in detail.lower():
+        kind = errors.Unavailable  # too many streams: retry later
+    return kind(f"{peer}: {detail}")
+
+
+# ---- values -----------------------------------------------------------------------------
+
+
+def check_key(raw: bytes, what: str = "feed key") -> bytes:
+    if len(raw) != 32:
+        raise errors.InvalidArgument(f"a {what} is 32 bytes, got {len(raw)}")
+    return bytes(raw)
+
+
+def node_pb(n: Node) -> pb.Node:
+    return pb.Node(index=n.index, hash=n.hash, size=n.size)
+
+
+def node_of(m: pb.Node) -> Node:
+    if len(m.hash) != HASH_SIZE:
+        raise errors.Corruption(f"tree node {m.index} has a {len(m.hash)}-byte hash")
+    return Node(m.index, bytes(m.hash), m.size)
+
+
+def nodes_of(ms: Iterable[pb.Node]) -> list[Node]:
+    return [node_of(m) for m in ms]
+
+
+def state_pb(s: TreeState) -> pb.SignedState:
+    return pb.SignedState(length=s.length, fork=s.fork, tree_hash=s.tree_hash, signature=s.signature)
+
+
+def state_of(m: pb.SignedState) -> TreeState:
+    if len(m.tree_hash) != HASH_SIZE or len(m.signature) != SIGNATURE_SIZE:
+        raise errors.Corruption(f"malformed signed state for length {m.length}")
+    return TreeState(m.length, m.fork, bytes(m.tree_hash), bytes(m.signature))
+
+
+def segment_pb(s: Segment) -> pb.Segment:
+    m = pb.Segment(start=s.start, blocks=[b if b is not None else b"" for b in s.blocks])
+    m.cleared.extend(node_pb(n) for n in s.cleared)
+    if s.state is not None:
+        m.state.CopyFrom(state_pb(s.state))
+    return m
+
+
+def segment_of(m: pb.Segment) -> Segment:
+    """A received segment; cleared blocks (those with a leaf in `cleared`) become None."""
+    cleared = nodes_of(m.cleared)
+    gone = {n.index // 2 for n in cleared if n.index % 2 == 0}
+    if len(gone) != len(cleared):
+        raise errors.Corruption(f"segment at {m.start}: cleared nodes must be distinct leaves")
+    blocks: list[bytes | None] = [None if m.start + k in gone else bytes(b) for k, b in enumerate(m.blocks)]
+    if any(not m.start <= s < m.start + len(blocks) for s in gone):
+        raise errors.Corruption(f"segment at {m.start}: a cleared leaf lies outside it")
+    return Segment(m.start, blocks, cleared, state_of(m.state) if m.HasField("state") else None)
+
+
+def proof_pb(p: Proof) -> pb.ProofResponse:
+    return pb.ProofResponse(
+        seq=p.seq,
+        block=p.block,
+        path=[node_pb(n) for n in p.path],
+        roots=[node_pb(n) for n in p.roots],
+        state=state_pb(p.state),
+    )
+
+
+def proof_of(m: pb.ProofResponse) -> Proof:
+    return Proof(m.seq, bytes(m.block), tuple(nodes_of(m.path)), tuple(nodes_of(m.roots)), state_of(m.state))
+
+
+def info_json(m: pb.FeedInfo) -> dict[str, Any]:
+    """GetInfo as the same JSON object `feedlog info --json` prints for a local feed."""
+    return {
+        "key": m.key.hex() if m.key else None,
+        "discovery_key": m.discovery_key.hex(),
+        "type": m.content_type,
+        "length": m.state.length,
+        "byte_length": m.byte_length,
+        "tree_hash": m.state.tree_hash.hex(),
+        "fork": m.state.fork,
+        "signature": m.state.signature.hex(),
+        "writable": m.writable,
+        "min_timestamp": m.min_timestamp if m.HasField("min_timestamp") else None,
+        "max_timestamp": m.max_timestamp if m.HasField("max_timestamp") else None,
+    }
+
+
+def puts_pb(writes: Sequence[Any]) -> list[pb.Put]:
+    """`Write`s as wire puts (the server re-validates everything)."""
+    out = []
+    for w in writes:
+        m = pb.Put(key=w.key, deleted=w.deleted, ttl_ms=w.ttl_ms or 0)
+        if isinstance(w.value, bytes | bytearray):
+            m.value = bytes(w.value)
+        elif w.value is not None:
+            m.stat.update({k: int(v) for k, v in w.value.items()})
+        if w.timestamps is not None:
+            m.timestamps = str(w.timestamps)
+        out.append(m)
+    return out

@@ -1,0 +1,86 @@
+"""Following a feed on another peer: download, verify, store, keep tailing, resume, serve onwards.
+
+One thread per followed feed. It subscribes from the local length (so a
+reconnect resumes where it stopped), stores each signed batch only once it
+verifies, and wakes local subscribers, which makes multi-hop replication
+(A -> B -> C) work with no extra code. A bad batch is rejected with an event
+naming the peer and the blocks; verified data stays, and the follower retries
+with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from feedlog.errors import Corruption, FeedlogError
+from feedlog.replication.client import Address, FeedClient, Subscription, Tls
+from feedlog.replication.sync import store_responses
+
+from .events import event
+from .host import FeedHost
+
+
+class Follower:
+    def __init__(self, host: FeedHost, address: Address, *, tls: Tls | None = None, max_backoff: float = 5.0) -> None:
+        self.host = host
+        self.address = address
+        self.key = address.key
+        self.tls = tls
+        self.max_backoff = max_backoff
+        self.last_error: str | None = None
+        self.rejections = 0
+        self._stop = threading.Event()
+        self._sub: Subscription | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"follow-{self.key.hex()[:8]}", daemon=True)
+
+    def start(self) -> Follower:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._sub is not None:
+                self._sub.cancel()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        hf = self.host.replica(self.key)
+        peer, feed = self.address.target, self.key.hex()
+        backoff = 0.1
+        while not self._stop.is_set():
+            progressed = False
+
+            def stored(length: int) -> None:
+                nonlocal progressed
+                progressed = True
+                hf.notify()
+
+            try:
+                with FeedClient(peer, tls=self.tls) as client:
+                    sub = client.subscribe(self.key, hf.feed.length)
+                    with self._lock:
+                        self._sub = sub
+                    if self._stop.is_set():
+                        sub.cancel()
+                    event("follow_connected", peer=peer, feed=feed, length=hf.feed.length)
+                    store_responses(hf.feed, sub, peer, stored)
+            except Corruption as e:
+                self.rejections += 1
+                self.last_error = str(e)
+                event(
+                    "follow_rejected", logging.WARNING, peer=peer, feed=feed, kept_length=hf.feed.length, error=str(e)
+                )
+            except FeedlogError as e:
+                self.last_error = str(e)
+                event("follow_disconnected", logging.INFO, peer=peer, feed=feed, length=hf.feed.length, error=str(e))
+            finally:
+                with self._lock:
+                    self._sub = None
+            if progressed:
+                backoff = 0.1
+            if self._stop.wait(backoff):
+                break
+            backoff = min(backoff * 2, self.max_backoff)

@@ -1,0 +1,88 @@
+"""Group commit for server-side appends (the durability trick of databases and Kafka's log).
+
+Callers submit their (already validated) entries and wait; one committer
+thread per feed takes everything queued, appends it as one batch (one Merkle
+update, one signature, one fsync) and only then acknowledges each caller with
+its seqs. Under load, batches grow by themselves: while one fsync runs, the
+next group queues up.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+from feedlog.errors import FeedlogError, Unavailable
+from feedlog.log.feed import Appended, Feed, Write
+from feedlog.log.merkle import TreeState
+
+from .events import event
+
+Result = tuple[list[Appended], TreeState]
+
+
+class GroupCommitter:
+    def __init__(self, feed: Feed, on_commit: Callable[[], None], *, max_batch: int = 10_000) -> None:
+        self.feed = feed
+        self._on_commit = on_commit
+        self._max_batch = max_batch
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[Sequence[Write], Future[Result]]] = deque()
+        self._closed = False
+        self.batches = 0
+        self._thread = threading.Thread(target=self._run, name=f"group-commit-{feed.key.hex()[:8]}", daemon=True)
+        self._thread.start()
+
+    def submit(self, writes: Sequence[Write]) -> Future[Result]:
+        fut: Future[Result] = Future()
+        with self._cond:
+            if self._closed:
+                raise Unavailable("the peer is shutting down; retry on another peer or later")
+            self._queue.append((writes, fut))
+            self._cond.notify()
+        return fut
+
+    def _take(self) -> list[tuple[Sequence[Write], Future[Result]]] | None:
+        with self._cond:
+            while not self._queue:
+                if self._closed:
+                    return None
+                self._cond.wait()
+            group: list[tuple[Sequence[Write], Future[Result]]] = []
+            n = 0
+            while self._queue and (not group or n + len(self._queue[0][0]) <= self._max_batch):
+                item = self._queue.popleft()
+                group.append(item)
+                n += len(item[0])
+            return group
+
+    def _run(self) -> None:
+        while (group := self._take()) is not None:
+            writes = [w for ws, _ in group for w in ws]
+            try:
+                appended = self.feed.append(writes)
+            except FeedlogError as e:
+                event("group_commit_failed", feed=self.feed.key.hex(), entries=len(writes), error=str(e))
+                for _, fut in group:
+                    fut.set_exception(e)
+                continue
+            except BaseException as e:  # never leave a caller waiting forever
+                for _, fut in group:
+                    fut.set_exception(e)
+                raise
+            self.batches += 1
+            state = self.feed.core.state
+            k = 0
+            for ws, fut in group:
+                fut.set_result((appended[k : k + len(ws)], state))
+                k += len(ws)
+            self._on_commit()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Refuse new entries, commit the queued ones, stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)

@@ -1,0 +1,152 @@
+"""The feeds one peer hosts: a directory of feed directories, opened once, shared by every RPC.
+
+    DATA/<name>/      a feed (any directory holding a `key` file is served)
+    DATA/<key hex>/   feeds created here, pushed here or followed from another peer
+
+Feeds whose secret key is here are *owned*: the peer signs server-side puts
+for them through a group committer. The others are replicas, extended only by
+batches their author signed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly, SignatureError
+from feedlog.log import entries, merkle
+from feedlog.log.core import KEY_FILE
+from feedlog.log.crypto import KeyPair, Verifier
+from feedlog.log.feed import DEFAULT_TIMESTAMPS, Feed
+from feedlog.log.merkle import TreeState
+
+from .events import event
+from .group_commit import GroupCommitter
+
+
+class HostedFeed:
+    def __init__(self, feed: Feed) -> None:
+        self.feed = feed
+        self.key = feed.key
+        self.discovery_key = feed.discovery_key
+        self._changed = threading.Condition()
+        self.committer = GroupCommitter(feed, self.notify) if feed.core.can_sign else None
+
+    def notify(self) -> None:
+        """Wake every subscriber: the feed grew."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_beyond(self, length: int, timeout: float) -> bool:
+        """Block until the feed is longer than `length` (True) or `timeout` passes (False)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.feed.length > length, timeout)
+
+    def committer_or_raise(self) -> GroupCommitter:
+        if self.committer is None:
+            raise ReadOnly(
+                f"this peer does not hold the secret key of feed {self.key.hex()}: "
+                "sign the batch yourself and use Append"
+            )
+        return self.committer
+
+    def close(self) -> None:
+        if self.committer is not None:
+            self.committer.close()
+        self.notify()
+        self.feed.close()
+
+
+class FeedHost:
+    def __init__(self, root: str | Path, *, accept_new: bool = True, fsync: bool = True) -> None:
+        self.root = Path(root)
+        self.accept_new = accept_new
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._feeds: dict[bytes, HostedFeed] = {}
+        self._by_dkey: dict[bytes, HostedFeed] = {}
+        self.on_new: list[Callable[[HostedFeed], None]] = []
+        self.root.mkdir(parents=True, exist_ok=True)
+        for d in sorted(self.root.iterdir()):
+            if (d / KEY_FILE).is_file():
+                self._add(Feed.open(d))
+
+    def _add(self, feed: Feed) -> HostedFeed:
+        hf = HostedFeed(feed)
+        self._feeds[hf.key] = hf
+        self._by_dkey[hf.discovery_key] = hf
+        event("feed_opened", feed=hf.key.hex(), length=feed.length, owned=hf.committer is not None)
+        return hf
+
+    def __len__(self) -> int:
+        return len(self._feeds)
+
+    def keys(self) -> list[bytes]:
+        with self._lock:
+            return list(self._feeds)
+
+    def get(self, key: bytes) -> HostedFeed:
+        hf = self._feeds.get(key)
+        if hf is None:
+            raise NotFound(f"this peer does not host feed {key.hex()}")
+        return hf
+
+    def by_discovery_key(self, dkey: bytes) -> HostedFeed:
+        hf = self._by_dkey.get(dkey)
+        if hf is None:
+            raise NotFound(f"this peer hosts no feed with discovery key {dkey.hex()}")
+        return hf
+
+    def replica(self, key: bytes) -> HostedFeed:
+        """The hosted feed `key`, created empty if new (a follower's first step)."""
+        with self._lock:
+            if key in self._feeds:
+                return self._feeds[key]
+            hf = self._add(Feed.create_replica(self.root / key.hex(), key, fsync=self.fsync))
+        event("feed_created", feed=key.hex(), owned=False)
+        return hf
+
+    def accept(self, key: bytes, blocks: list[bytes], signature: bytes, fork: int) -> HostedFeed:
+        """A signed append at length 0 to a feed not hosted yet: checked *before* anything is created."""
+        if not self.accept_new:
+            raise NotFound(f"this peer does not host feed {key.hex()} and does not accept new feeds")
+        if not blocks:
+            raise InvalidArgument("cannot append an empty batch")
+        try:
+            content_type = entries.decode_header(blocks[0])
+        except Corruption as e:
+            raise InvalidArgument(f"a new feed must start with its header block: {e}") from None
+        entries.scan_blocks(content_type, 0, blocks, strict=True)
+        _created, roots = merkle.append_leaves([], 0, blocks)
+        state = TreeState(len(blocks), fork, merkle.roots_hash(roots), signature)
+        if not Verifier(key).verify(signature, state.signable()):
+            raise SignatureError(
+                f"signature over length {state.length} does not verify with the feed key "
+                "(only the key holder can append)"
+            )
+        return self.replica(key)
+
+    def create(self, content_type: str, timestamps: str, ttl: str | None) -> HostedFeed:
+        """A new feed owned by this peer (it generates and keeps the key pair)."""
+        kp = KeyPair.generate()
+        feed = Feed.create(
+            self.root / kp.public_key.hex(),
+            content_type=content_type or entries.ENTRY,
+            timestamps=timestamps or DEFAULT_TIMESTAMPS,
+            ttl=ttl or None,
+            fsync=self.fsync,
+            key_pair=kp,
+        )
+        with self._lock:
+            hf = self._add(feed)
+        event("feed_created", feed=hf.key.hex(), owned=True, type=feed.content_type)
+        return hf
+
+    def close(self) -> None:
+        with self._lock:
+            feeds = list(self._feeds.values())
+            self._feeds.clear()
+            self._by_dkey.clear()
+        for hf in feeds:
+            hf.close()

@@ -1,0 +1,273 @@
+"""The `Feeds` servicer: wire in, library call, wire out; errors become status codes in one place.
+
+Threads: the server runs RPCs on a pool; long-lived streams (Subscribe,
+PutStream, AppendStream) each hold one thread and are capped separately, so
+tails can never starve unary calls. A slow reader blocks only its own stream
+(gRPC flow control); writers never wait for readers.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+import grpc
+
+from feedlog.errors import Conflict, FeedlogError, InvalidArgument, Unavailable
+from feedlog.log import merkle
+from feedlog.log.feed import Write
+from feedlog.log.timestamps import TimestampPolicy
+from feedlog.pb import feeds_pb2 as pb
+from feedlog.pb import feeds_pb2_grpc as pb_grpc
+from feedlog.replication import wire
+
+from .events import event
+from .group_commit import Result
+from .host import FeedHost, HostedFeed
+
+DEFAULT_MESSAGE_BYTES = 1 << 20
+MAX_PUT_ENTRIES = 10_000
+WAIT_SLICE = 0.5  # how often a waiting stream checks that its client and the server are still there
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
+    md = getattr(err, "metadata", None)
+    if md:
+        context.set_trailing_metadata(md)
+    context.abort(wire.status_of(err), str(err))
+
+
+def unary(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(self: FeedsService, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return fn(self, request, context)
+        except FeedlogError as e:
+            _abort(context, e)
+        except ValueError as e:  # protobuf rejecting a field value
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def streaming(long_lived: bool) -> Callable[[F], F]:
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: FeedsService, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            slot = self._streams if long_lived else None
+            if slot is not None and not slot.acquire(blocking=False):
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"too many open streams on this peer (limit {self.max_streams}); retry later",
+                )
+            try:
+                yield from fn(self, request, context)
+            except FeedlogError as e:
+                _abort(context, e)
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            finally:
+                if slot is not None:
+                    slot.release()
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
+class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untyped
+    def __init__(self, host: FeedHost, *, max_streams: int = 64, stopping: threading.Event | None = None) -> None:
+        self.host = host
+        self.max_streams = max_streams
+        self._streams = threading.BoundedSemaphore(max_streams)
+        self.stopping = stopping or threading.Event()
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _find(self, fid: pb.FeedId) -> HostedFeed:
+        which = fid.WhichOneof("id")
+        if which is None:
+            raise InvalidArgument("name the feed by key or discovery_key")
+        raw = wire.check_key(getattr(fid, which), which.replace("_", " "))
+        return self.host.get(raw) if which == "key" else self.host.by_discovery_key(raw)
+
+    def _info(self, hf: HostedFeed, with_key: bool) -> pb.FeedInfo:
+        f = hf.feed
+        m = pb.FeedInfo(
+            key=hf.key if with_key else b"",
+            discovery_key=hf.discovery_key,
+            state=wire.state_pb(f.core.state),
+            byte_length=f.core.byte_length,
+            content_type=f.content_type,
+            writable=hf.committer is not None,
+        )
+        if f.core.min_ts:
+            m.min_timestamp = f.core.min_ts
+        if f.core.max_ts:
+            m.max_timestamp = f.core.max_ts
+        return m
+
+    def _budget(self, requested: int) -> int:
+        return min(requested or DEFAULT_MESSAGE_BYTES, 16 * DEFAULT_MESSAGE_BYTES)
+
+    def _response(self, hf: HostedFeed, pos: int, end: int, budget: int, roots: bool) -> pb.ReadResponse | None:
+        segs = hf.feed.core.segments(pos, end, budget)
+        if not segs:
+            return None
+        resp = pb.ReadResponse(segments=[wire.segment_pb(s) for s in segs])
+        if roots:
+            resp.roots.extend(wire.node_pb(n) for n in merkle.nodes_for_roots(pos, hf.feed.core.node))
+        return resp
+
+    # ---- unary ----------------------------------------------------------------------------
+
+    @unary
+    def GetInfo(self, request: pb.GetInfoRequest, context: grpc.ServicerContext) -> pb.FeedInfo:
+        return self._info(self._find(request.feed), request.feed.WhichOneof("id") == "key")
+
+    @unary
+    def Create(self, request: pb.CreateRequest, context: grpc.ServicerContext) -> pb.FeedInfo:
+        hf = self.host.create(request.content_type, request.timestamps, request.ttl or None)
+        return self._info(hf, True)
+
+    @unary
+    def Proof(self, request: pb.ProofRequest, context: grpc.ServicerContext) -> pb.ProofResponse:
+        return wire.proof_pb(self._find(request.feed).feed.core.proof(request.seq))
+
+    @unary
+    def Append(self, request: pb.AppendRequest, context: grpc.ServicerContext) -> pb.AppendResponse:
+        return self._append(request)
+
+    def _append(self, request: pb.AppendRequest) -> pb.AppendResponse:
+        key = wire.check_key(request.key)
+        blocks = list(request.blocks)
+        try:
+            hf = self.host.get(key)
+        except FeedlogError:
+            if request.expected_length != 0:
+                raise
+            hf = self.host.accept(key, blocks, request.signature, request.fork)
+        try:
+            state = hf.feed.append_with_signature(request.expected_length, blocks, request.signature, fork=request.fork)
+        except Conflict as e:
+            if hf.feed.length != request.expected_length:
+                e.metadata = ((wire.LENGTH_METADATA, str(hf.feed.length)),)  # type: ignore[attr-defined]
+            raise
+        hf.notify()
+        return pb.AppendResponse(state=wire.state_pb(state))
+
+    @unary
+    def Put(self, request: pb.PutRequest, context: grpc.ServicerContext) -> pb.PutResponse:
+        fut = self._submit(request)
+        return self._put_response(fut, context.time_remaining())
+
+    def _submit(self, request: pb.PutRequest) -> Future[Result]:
+        hf = self.host.get(wire.check_key(request.feed))
+        committer = hf.committer_or_raise()
+        if len(request.entries) > MAX_PUT_ENTRIES:
+            raise InvalidArgument(f"{len(request.entries)} entries in one request; the limit is {MAX_PUT_ENTRIES}")
+        writes = [write_of(p) for p in request.entries]
+        hf.feed.check(writes)
+        return committer.submit(writes)
+
+    def _put_response(self, fut: Future[Result], timeout: float | None) -> pb.PutResponse:
+        try:
+            appended, state = fut.result(timeout)
+        except FutureTimeout:
+            raise Unavailable("not yet durable when the deadline passed; the entries may still land") from None
+        resp = pb.PutResponse(state=wire.state_pb(state))
+        for a in appended:
+            m = resp.appended.add(seq=a.seq)
+            if a.timestamp is not None:
+                m.timestamp = a.timestamp
+            if a.expires_at is not None:
+                m.expires_at = a.expires_at
+        return resp
+
+    # ---- streams --------------------------------------------------------------------------
+
+    @streaming(long_lived=True)
+    def AppendStream(
+        self, request_iterator: Iterator[pb.AppendRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.AppendResponse]:
+        for request in request_iterator:
+            yield self._append(request)
+
+    @streaming(long_lived=True)
+    def PutStream(
+        self, request_iterator: Iterator[pb.PutRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.PutResponse]:
+        # a pump thread submits requests as they arrive (pipelining); acks go back in order
+        acks: queue.Queue[Future[Result] | FeedlogError | None] = queue.Queue(maxsize=256)
+
+        def pump() -> None:
+            try:
+                for request in request_iterator:
+                    try:
+                        acks.put(self._submit(request))
+                    except FeedlogError as e:
+                        acks.put(e)
+                        return
+            except Exception:  # the client went away: iteration raises; the loop below notices
+                pass
+            acks.put(None)
+
+        threading.Thread(target=pump, name="put-stream", daemon=True).start()
+        while True:
+            try:
+                item = acks.get(timeout=WAIT_SLICE)
+            except queue.Empty:
+                if not context.is_active():
+                    return
+                continue
+            if item is None:
+                return
+            if isinstance(item, FeedlogError):
+                raise item
+            yield self._put_response(item, None)
+
+    @streaming(long_lived=False)
+    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+        hf = self._find(request.feed)
+        length = hf.feed.length
+        end = request.end or length
+        if request.start > end or end > length:
+            raise InvalidArgument(f"range {request.start}..{end} does not fit the feed (length {length})")
+        pos, budget, roots = request.start, self._budget(request.max_message_bytes), request.with_roots
+        while pos < end and context.is_active():
+            resp = self._response(hf, pos, end, budget, roots)
+            if resp is None:
+                return
+            roots = False
+            pos = resp.segments[-1].start + len(resp.segments[-1].blocks)
+            yield resp
+
+    @streaming(long_lived=True)
+    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+        hf = self._find(request.feed)
+        pos, budget, roots = request.start, self._budget(request.max_message_bytes), request.with_roots
+        event("subscribe", feed=hf.key.hex(), start=pos, peer=context.peer())
+        while context.is_active() and not self.stopping.is_set():
+            length = hf.feed.length
+            if length <= pos:
+                hf.wait_beyond(pos, WAIT_SLICE)
+                continue
+            resp = self._response(hf, pos, length, budget, roots)
+            if resp is None:
+                continue
+            roots = False
+            pos = resp.segments[-1].start + len(resp.segments[-1].blocks)
+            yield resp
+
+
+def write_of(p: pb.Put) -> Write:
+    value: Any = dict(p.stat) if p.stat else p.value
+    policy = TimestampPolicy.parse(p.timestamps) if p.timestamps else None
+    return Write(p.key, None if p.deleted else value, p.deleted, p.ttl_ms or None, policy)
