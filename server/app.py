@@ -24,13 +24,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from feedlog.errors import InvalidArgument, Unavailable
-from feedlog.pb import feeds_pb2, feeds_pb2_grpc
+from feedlog.pb import feeds_pb2
 from feedlog.replication.client import Address, Tls
 
 from .events import event
 from .follower import Follower
 from .host import FeedHost
-from .service import FeedsService
+from .service import FeedsService, rpc_handler
 
 SERVICE = feeds_pb2.DESCRIPTOR.services_by_name["Feeds"].full_name
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
@@ -106,7 +106,7 @@ class PeerServer:
             maximum_concurrent_rpcs=workers,
         )
         self.service = FeedsService(self.host, max_streams=self.max_streams, stopping=self.stopping)
-        feeds_pb2_grpc.add_FeedsServicer_to_server(self.service, self.server)
+        self.server.add_generic_rpc_handlers((rpc_handler(self.service),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

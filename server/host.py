@@ -113,11 +113,6 @@ class FeedHost:
             raise NotFound(f"this peer does not host feed {key.hex()} and does not accept new feeds")
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
-        try:
-            content_type = entries.decode_header(blocks[0])
-        except Corruption as e:
-            raise InvalidArgument(f"a new feed must start with its header block: {e}") from None
-        entries.scan_blocks(content_type, 0, blocks, strict=True)
         _created, roots = merkle.append_leaves([], 0, blocks)
         state = TreeState(len(blocks), fork, merkle.roots_hash(roots), signature)
         if not Verifier(key).verify(signature, state.signable()):
@@ -125,6 +120,11 @@ class FeedHost:
                 f"signature over length {state.length} does not verify with the feed key "
                 "(only the key holder can append)"
             )
+        try:
+            content_type = entries.decode_header(blocks[0])
+        except Corruption as e:
+            raise InvalidArgument(f"a new feed must start with its header block: {e}") from None
+        entries.scan_blocks(content_type, 0, blocks, strict=True)
         return self.replica(key)
 
     def create(self, content_type: str, timestamps: str, ttl: str | None) -> HostedFeed:

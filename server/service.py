@@ -17,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from feedlog.errors import Conflict, FeedlogError, InvalidArgument, Unavailable
 from feedlog.log import merkle
@@ -198,6 +199,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         self, request_iterator: Iterator[pb.AppendRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.AppendResponse]:
         for request in request_iterator:
+            if self.stopping.is_set():
+                raise Unavailable("the peer is shutting down; reconnect to it or another peer")
             yield self._append(request)
 
     @streaming(long_lived=True)
@@ -210,11 +213,12 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         def pump() -> None:
             try:
                 for request in request_iterator:
-                    try:
-                        acks.put(self._submit(request))
-                    except FeedlogError as e:
-                        acks.put(e)
-                        return
+                    if self.stopping.is_set():  # what was submitted is still acknowledged, then the stream ends
+                        raise Unavailable("the peer is shutting down; reconnect to it or another peer")
+                    acks.put(self._submit(request))
+            except FeedlogError as e:  # a malformed or refused request ends the stream with its status
+                acks.put(e)
+                return
             except Exception:  # the client went away: iteration raises; the loop below notices
                 pass
             acks.put(None)
@@ -226,6 +230,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             except queue.Empty:
                 if not context.is_active():
                     return
+                if self.stopping.is_set():  # an idle stream: everything submitted was acknowledged
+                    raise Unavailable("the peer is shutting down; reconnect to it or another peer") from None
                 continue
             if item is None:
                 return
@@ -241,8 +247,10 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         if request.start > end or end > length:
             raise InvalidArgument(f"range {request.start}..{end} does not fit the feed (length {length})")
         pos, budget, roots = request.start, self._budget(request.max_message_bytes), request.with_roots
-        while pos < end and context.is_active():
-            resp = self._response(hf, pos, end, budget, roots)
+        # to the end of the batch holding end - 1: the reader needs that batch's signature
+        stop = hf.feed.core.batch_end(end - 1) if end > pos else pos
+        while pos < stop and context.is_active():
+            resp = self._response(hf, pos, stop, budget, roots)
             if resp is None:
                 return
             roots = False
@@ -265,6 +273,55 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             roots = False
             pos = resp.segments[-1].start + len(resp.segments[-1].blocks)
             yield resp
+
+
+def _parse(cls: Any, raw: bytes) -> Any:
+    try:
+        return cls.FromString(raw)
+    except DecodeError as e:
+        raise InvalidArgument(f"malformed {cls.DESCRIPTOR.full_name}: {e}") from None
+
+
+def _parsed(cls: Any, raws: Iterator[bytes]) -> Iterator[Any]:
+    for raw in raws:
+        yield _parse(cls, raw)
+
+
+def rpc_handler(service: FeedsService) -> grpc.GenericRpcHandler:
+    """The service's method handlers, parsing requests here rather than in gRPC.
+
+    gRPC answers a request its deserializer rejects with an opaque INTERNAL;
+    parsing in the handler turns malformed bytes into INVALID_ARGUMENT naming
+    the message type, like every other bad input.
+    """
+    desc = pb.DESCRIPTOR.services_by_name["Feeds"]
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for m in desc.methods:
+        cls = getattr(pb, m.input_type.name)
+        fn = getattr(service, m.name)
+        out = {"response_serializer": _serialize}
+        if m.client_streaming:
+
+            def stream_h(raws: Iterator[bytes], ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
+                return fn(_parsed(cls, raws), ctx)
+
+            handlers[m.name] = grpc.stream_stream_rpc_method_handler(stream_h, **out)
+        else:
+
+            def unary_h(raw: bytes, ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
+                try:
+                    request = _parse(cls, raw)
+                except InvalidArgument as e:
+                    ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                return fn(request, ctx)
+
+            make = grpc.unary_stream_rpc_method_handler if m.server_streaming else grpc.unary_unary_rpc_method_handler
+            handlers[m.name] = make(unary_h, **out)
+    return grpc.method_handlers_generic_handler(desc.full_name, handlers)
+
+
+def _serialize(m: Any) -> bytes:
+    return bytes(m.SerializeToString())
 
 
 def write_of(p: pb.Put) -> Write:

@@ -19,7 +19,7 @@ import os
 import threading
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,13 +236,14 @@ class Core:
         signature: bytes,
         *,
         fork: int = 0,
-        min_ts: int = 0,
-        max_ts: int = 0,
+        inspect: Callable[[], tuple[int, int]] | None = None,
     ) -> TreeState:
         """A key holder's remote append: recompute the tree here and check their signature over it.
 
         `expected_length` must be the current length, so a writer that missed
         appends cannot fork the feed (`Conflict` names the current length).
+        `inspect` runs once the signature is known good (authentication before
+        content checks) and returns the batch's (min, max) writer timestamps.
         """
         with self.lock:
             start = self._state.length
@@ -259,6 +260,7 @@ class Core:
                     f"signature over length {state.length} does not verify with the feed key "
                     "(only the key holder can append)"
                 )
+            min_ts, max_ts = inspect() if inspect is not None else (0, 0)
             self._commit(start, blocks, created, roots, state, min_ts, max_ts)
             return state
 
@@ -447,6 +449,13 @@ class Core:
         if head is None:
             raise Corruption(f"{self.path}: unreadable log record header at offset {self._rec_offs[i]}")
         return TreeState(head.length, head.fork, head.tree_hash, head.signature)
+
+    def batch_end(self, seq: int) -> int:
+        """The length at the end of the signed batch holding `seq`: where a reader of `seq` can verify."""
+        with self.lock:
+            self._check_seq(seq)
+            ends = self._records()
+            return ends[bisect_right(ends, seq)]
 
     def segments(self, start: int, end: int, max_bytes: int) -> list[Segment]:
         """Blocks from `start` as whole signed batches, about `max_bytes` of them.

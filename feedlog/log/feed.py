@@ -262,15 +262,18 @@ class Feed:
     ) -> TreeState:
         """A key holder's remote append: blocks must be valid entries, the signature theirs."""
         start = self.core.length
-        if start == expected_length == 0 and blocks:
-            try:
-                content_type = entries.decode_header(blocks[0])
-            except Corruption as e:
-                raise InvalidArgument(str(e)) from None
-        else:
-            content_type = self.content_type
-        lo, hi = entries.scan_blocks(content_type, expected_length, blocks, strict=True)
-        state = self.core.append_with_signature(expected_length, blocks, signature, fork=fork, min_ts=lo, max_ts=hi)
+        content_type = self.content_type
+
+        def inspect() -> tuple[int, int]:
+            nonlocal content_type
+            if start == 0:
+                try:
+                    content_type = entries.decode_header(blocks[0])
+                except Corruption as e:
+                    raise InvalidArgument(f"a feed starts with its header block: {e}") from None
+            return entries.scan_blocks(content_type, expected_length, blocks, strict=True)
+
+        state = self.core.append_with_signature(expected_length, blocks, signature, fork=fork, inspect=inspect)
         self._stored(start, content_type)
         return state
 

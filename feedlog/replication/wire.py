@@ -154,13 +154,18 @@ def info_json(m: pb.FeedInfo) -> dict[str, Any]:
 def puts_pb(writes: Sequence[Any]) -> list[pb.Put]:
     """`Write`s as wire puts (the server re-validates everything)."""
     out = []
-    for w in writes:
-        m = pb.Put(key=w.key, deleted=w.deleted, ttl_ms=w.ttl_ms or 0)
-        if isinstance(w.value, bytes | bytearray):
-            m.value = bytes(w.value)
-        elif w.value is not None:
-            m.stat.update({k: int(v) for k, v in w.value.items()})
-        if w.timestamps is not None:
-            m.timestamps = str(w.timestamps)
+    for n, w in enumerate(writes):
+        try:
+            if w.ttl_ms is not None and w.ttl_ms <= 0:
+                raise ValueError("a TTL must be greater than zero")
+            m = pb.Put(key=w.key, deleted=w.deleted, ttl_ms=w.ttl_ms or 0)
+            if isinstance(w.value, bytes | bytearray):
+                m.value = bytes(w.value)
+            elif w.value is not None:
+                m.stat.update({k: int(v) for k, v in w.value.items()})
+            if w.timestamps is not None:
+                m.timestamps = str(w.timestamps)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise errors.InvalidArgument(f"entry {n}: {e}") from None
         out.append(m)
     return out

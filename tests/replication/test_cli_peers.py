@@ -1,0 +1,77 @@
+"""The peer commands end to end: create/put/info on a peer, clone, pull, push, tail; one-line errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from feedlog.cli import main
+from feedlog_server.app import PeerServer
+
+from .test_shutdown import free_port
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_clone_then_pull_shows_the_same_signed_state(
+    peers: Callable[..., PeerServer], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a = peers("a")
+    url = f"grpc://{a.address}"
+    code, out, _ = run(capsys, "create", url, "--timestamps", "exact", "--json")
+    assert code == 0
+    key = json.loads(out)["key"]
+    feed = f"{url}/{key}"
+    assert run(capsys, "put", feed, "/a", "1")[0] == 0
+    assert run(capsys, "clone", feed, str(tmp_path / "copy"))[0] == 0
+    assert run(capsys, "put", feed, "/b", "2", "--json")[0] == 0
+    assert run(capsys, "del", feed, "/a")[0] == 0
+    code, out, _ = run(capsys, "pull", str(tmp_path / "copy"), "--json")
+    assert code == 0 and json.loads(out) == {"fetched": 2, "length": 4}
+    remote = json.loads(run(capsys, "info", feed, "--json")[1])
+    local = json.loads(run(capsys, "info", str(tmp_path / "copy"), "--json")[1])
+    for field in ("key", "length", "tree_hash", "signature", "max_timestamp"):
+        assert remote[field] == local[field], field
+    code, out, _ = run(capsys, "tail", feed, "--count", "3", "--json")
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and [(x["seq"], x["key"], x["deleted"]) for x in lines] == [
+        (1, "/a", False),
+        (2, "/b", False),
+        (3, "/a", True),
+    ]
+    assert run(capsys, "get", str(tmp_path / "copy"), "/b")[1].strip() == "2"
+
+    # a locally written feed, pushed
+    assert run(capsys, "create", str(tmp_path / "mine"))[0] == 0
+    assert run(capsys, "put", str(tmp_path / "mine"), "/x", "y")[0] == 0
+    code, out, _ = run(capsys, "push", str(tmp_path / "mine"), url, "--json")
+    assert code == 0 and json.loads(out) == {"pushed": 2, "length": 2}
+
+
+def test_mistakes_are_one_line_with_the_right_exit_code(
+    peers: Callable[..., PeerServer], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a = peers("a")
+    nobody = "ab" * 32
+    cases = [
+        (["info", "grpc://127.0.0.1/xyz"], 2),  # no port
+        (["info", f"grpc://{a.address}/nothex"], 2),
+        (["info", f"grpc://{a.address}/{nobody}"], 3),
+        (["clone", f"grpc://{a.address}/{nobody}", str(tmp_path / "c")], 3),
+        (["info", f"grpc://127.0.0.1:{free_port()}/{nobody}"], 8),  # nobody listening
+        (["pull", str(tmp_path)], 3),
+        (["serve", "--data", str(tmp_path / "s"), "--tls-cert", "x.pem"], 2),
+        (["tail", f"grpc://{a.address}/{nobody}", "--from", "-1"], 2),
+    ]
+    for args, expected in cases:
+        code, _out, err = run(capsys, *args)
+        assert code == expected, (args, err)
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "c").exists()
