@@ -317,19 +317,19 @@ class Core:
 
     def _write_nodes(self, nodes: list[Node]) -> None:
         size = storage.NODE.size
-        run_start = -1
-        buf = bytearray()
-        prev = -2
-        for node in sorted(nodes, key=lambda n: n.index):
-            if node.index != prev + 1 and buf:
-                os.pwrite(self._tree, buf, run_start * size)
-                buf = bytearray()
-            if not buf:
-                run_start = node.index
-            buf += storage.NODE.pack(node.hash, node.size)
-            prev = node.index
+        pack = storage.NODE.pack_into
+        # a batch's nodes nearly fill one index range; write that range as one buffer (indices in it
+        # that the batch did not create do not exist yet, so their zeros overwrite nothing)
+        leaves = [n.index for n in nodes if n.index % 2 == 0]
+        lo, hi = (min(leaves), max(leaves)) if leaves else (0, -1)
+        buf = bytearray((hi - lo + 1) * size) if hi >= lo else bytearray()
+        for node in nodes:
+            if lo <= node.index <= hi:
+                pack(buf, (node.index - lo) * size, node.hash, node.size)
+            else:  # a parent joining the batch to older roots
+                os.pwrite(self._tree, storage.NODE.pack(node.hash, node.size), node.index * size)
         if buf:
-            os.pwrite(self._tree, buf, run_start * size)
+            os.pwrite(self._tree, buf, lo * size)
 
     def checkpoint(self) -> None:
         """Make tree and index durable up to the current length, so reopening replays nothing."""
@@ -473,8 +473,7 @@ class Core:
             i = bisect_right(ends, start)
             stop = ends[bisect_right(ends, end - 1)]  # the batch boundary that covers end - 1
         out: list[Segment] = []
-        size = 0
-        pos = start
+        size = part = 0  # bytes in all segments / in the batch being gathered
         blocks: list[bytes | None] = []
         cleared: list[Node] = []
         seg_start = start
@@ -483,14 +482,16 @@ class Core:
                 cleared.append(self.node(2 * seq))
             else:
                 size += len(block)
+                part += len(block)
             blocks.append(block)
-            pos = seq + 1
-            if pos == ends[i]:
+            if seq + 1 == ends[i]:
                 out.append(Segment(seg_start, blocks, cleared, self._record_state(i)))
-                blocks, cleared, seg_start = [], [], pos
+                blocks, cleared, seg_start, part = [], [], seq + 1, 0
                 i += 1
-            if size >= max_bytes:
-                break
+                if size >= max_bytes:
+                    break  # at a batch boundary: every segment sent is signed
+            elif part >= max_bytes:
+                break  # one batch alone outgrows the budget: send it in parts
         if blocks:
             out.append(Segment(seg_start, blocks, cleared, None))
         return out

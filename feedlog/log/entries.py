@@ -156,19 +156,29 @@ def scan_blocks(content_type: str, start: int, blocks: Sequence[bytes | None], *
     replicated batch, already signed by its author) such a block is just data.
     """
     lo = hi = 0
+    e = hyperdb_pb2.InflatedEntry()
+    ev = drive_pb2.DriveEvent()
+    drive = content_type == DRIVE_EVENT
     for n, block in enumerate(blocks):
         seq = start + n
         if block is None:
             continue
+        ts: int | None = None
         try:
             if seq == 0:
                 if decode_header(block) != content_type:
                     raise Corruption(f"block 0 declares a {decode_header(block)} feed, not {content_type}")
                 continue
-            ts = decode_entry(content_type, seq, block).timestamp
-        except Corruption as e:
+            # the timestamp alone, without building a Record: this runs for every replicated block
+            e.ParseFromString(block)
+            if drive:
+                ev.ParseFromString(e.value)
+                ts = ev.timestamp if ev.HasField("timestamp") else None
+            elif e.HasField("timestamp"):
+                ts = e.timestamp
+        except (DecodeError, Corruption) as err:
             if strict:
-                raise InvalidArgument(str(e)) from None
+                raise InvalidArgument(f"block {seq} is not a valid {content_type}: {err}") from None
             continue
         if ts is not None:
             lo = ts if not lo or ts < lo else lo

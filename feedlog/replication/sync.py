@@ -45,22 +45,22 @@ def store_responses(
     for resp in responses:
         grew = False
         for m in resp.segments:
-            seg = wire.segment_of(m)
             expected = feed.length + len(pending)
-            if seg.start != expected:
-                raise Corruption(f"{source}: sent blocks from {seg.start}, expected {expected}")
-            for k, b in enumerate(seg.blocks):
-                if b is None:
-                    raise Unavailable(
-                        f"{source}: block {seg.start + k} was cleared by compaction there; "
-                        "replicate from a peer that still holds it"
-                    )
-                pending.append(b)
-            if seg.state is not None:
+            if m.start != expected:
+                raise Corruption(f"{source}: sent blocks from {m.start}, expected {expected}")
+            if m.cleared:
+                first = min(n.index // 2 for n in m.cleared)
+                raise Unavailable(
+                    f"{source}: block {first} was cleared by compaction there; "
+                    "replicate from a peer that still holds it"
+                )
+            pending.extend(m.blocks)
+            if m.HasField("state"):
+                state = wire.state_of(m.state)
                 try:
-                    feed.store_signed(pending, seg.state, sync=False)
+                    feed.store_signed(pending, state, sync=False)
                 except Corruption as e:
-                    raise type(e)(f"{source}: rejected blocks {feed.length}..{seg.state.length - 1}: {e}") from None
+                    raise type(e)(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
                 stored += len(pending)
                 pending = []
                 grew = True
