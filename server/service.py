@@ -108,6 +108,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             byte_length=f.core.byte_length,
             content_type=f.content_type,
             writable=hf.committer is not None,
+            header=(f.core.get(0) or b"") if f.length else b"",
         )
         if f.core.min_ts:
             m.min_timestamp = f.core.min_ts

@@ -43,7 +43,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, feed: _Optional[_Union[FeedId, _Mapping]] = ...) -> None: ...
 
 class FeedInfo(_message.Message):
-    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp")
+    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp", "header")
     KEY_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_KEY_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class FeedInfo(_message.Message):
     WRITABLE_FIELD_NUMBER: _ClassVar[int]
     MIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     MAX_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     discovery_key: bytes
     state: SignedState
@@ -60,7 +61,8 @@ class FeedInfo(_message.Message):
     writable: bool
     min_timestamp: int
     max_timestamp: int
-    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ...) -> None: ...
+    header: bytes
+    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ..., header: _Optional[bytes] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("key", "expected_length", "blocks", "signature", "fork")

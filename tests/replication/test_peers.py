@@ -170,6 +170,7 @@ def test_read_subscribe_proof_and_discovery_key(peers: Peers, clients: Clients, 
         verify_proof(type(proof)(proof.seq, proof.block + b"!", proof.path, proof.roots, proof.state), key)
     anon = c.info(discovery_key(key), by_discovery_key=True)
     assert anon.key == b"" and anon.state.length == 21  # asking by discovery key never reveals the key
+    assert entries.decode_header(c.info(key).header) == "entry"
     with pytest.raises(InvalidArgument, match="range"):
         list(c.read(key, 5, 99))
     with pytest.raises(NotFound):
@@ -445,3 +446,20 @@ def test_too_many_streams_get_resource_exhausted(peers: Peers, clients: Clients)
     assert clients(a).info(key).state.length == 1  # unary calls still get through
     for s in subs:
         s.cancel()
+
+
+def test_a_subscriber_that_never_reads_blocks_neither_writers_nor_other_readers(peers: Peers, clients: Clients) -> None:
+    a = peers("a")
+    c = clients(a)
+    key = c.create().key
+    stalled = clients(a).subscribe(key, 0)
+    stalled_it = iter(stalled)
+    next(stalled_it)  # the stream is open; from here on nobody reads it
+    t = time.monotonic()
+    big = b"x" * 4096
+    for i in range(100):  # ~4 MB: far past any flow-control window
+        c.put(key, [Write(f"/big{i}/{j}", big) for j in range(10)])
+    assert time.monotonic() - t < 20
+    got = sum(len(b.blocks) for b in clients(a).read_verified(key, 0))
+    assert got == 1001
+    stalled.cancel()
