@@ -63,15 +63,12 @@ class GroupCommitter:
             writes = [w for ws, _ in group for w in ws]
             try:
                 appended = self.feed.append(writes)
-            except FeedlogError as e:
+            except Exception as e:  # fail this group, keep serving the next (never leave a caller waiting)
+                err = e if isinstance(e, FeedlogError) else Unavailable(f"append failed: {e}")
                 event("group_commit_failed", feed=self.feed.key.hex(), entries=len(writes), error=str(e))
                 for _, fut in group:
-                    fut.set_exception(e)
+                    fut.set_exception(err)
                 continue
-            except BaseException as e:  # never leave a caller waiting forever
-                for _, fut in group:
-                    fut.set_exception(e)
-                raise
             self.batches += 1
             state = self.feed.core.state
             k = 0
