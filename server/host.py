@@ -14,12 +14,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly, SignatureError
+from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly
 from feedlog.log import entries, merkle
 from feedlog.log.core import KEY_FILE
 from feedlog.log.crypto import KeyPair, Verifier
 from feedlog.log.feed import DEFAULT_TIMESTAMPS, Feed
-from feedlog.log.merkle import TreeState
 
 from .events import event
 from .group_commit import GroupCommitter
@@ -113,13 +112,7 @@ class FeedHost:
             raise NotFound(f"this peer does not host feed {key.hex()} and does not accept new feeds")
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
-        _created, roots = merkle.append_leaves([], 0, blocks)
-        state = TreeState(len(blocks), fork, merkle.roots_hash(roots), signature)
-        if not Verifier(key).verify(signature, state.signable()):
-            raise SignatureError(
-                f"signature over length {state.length} does not verify with the feed key "
-                "(only the key holder can append)"
-            )
+        merkle.signed_append([], 0, blocks, signature, fork, Verifier(key))
         try:
             content_type = entries.decode_header(blocks[0])
         except Corruption as e:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
-from feedlog.errors import Conflict, FeedlogError, InvalidArgument, Unavailable
+from feedlog.errors import Conflict, FeedlogError, InvalidArgument, NotFound, Unavailable
 from feedlog.log import merkle
 from feedlog.log.feed import Write
 from feedlog.log.timestamps import TimestampPolicy
@@ -119,14 +119,13 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
     def _budget(self, requested: int) -> int:
         return min(requested or DEFAULT_MESSAGE_BYTES, 16 * DEFAULT_MESSAGE_BYTES)
 
-    def _response(self, hf: HostedFeed, pos: int, end: int, budget: int, roots: bool) -> pb.ReadResponse | None:
+    def _response(self, hf: HostedFeed, pos: int, end: int, budget: int, roots: bool) -> tuple[pb.ReadResponse, int]:
+        """The next message from `pos` (no segments if nothing is there), and where the one after starts."""
         segs = hf.feed.core.segments(pos, end, budget)
-        if not segs:
-            return None
         resp = pb.ReadResponse(segments=[wire.segment_pb(s) for s in segs])
-        if roots:
+        if roots and segs:
             resp.roots.extend(wire.node_pb(n) for n in merkle.nodes_for_roots(pos, hf.feed.core.node))
-        return resp
+        return resp, segs[-1].end if segs else pos
 
     # ---- unary ----------------------------------------------------------------------------
 
@@ -152,7 +151,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         blocks = list(request.blocks)
         try:
             hf = self.host.get(key)
-        except FeedlogError:
+        except NotFound:
             if request.expected_length != 0:
                 raise
             hf = self.host.accept(key, blocks, request.signature, request.fork)
@@ -251,11 +250,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         # to the end of the batch holding end - 1: the reader needs that batch's signature
         stop = hf.feed.core.batch_end(end - 1) if end > pos else pos
         while pos < stop and context.is_active():
-            resp = self._response(hf, pos, stop, budget, roots)
-            if resp is None:
-                return
+            resp, pos = self._response(hf, pos, stop, budget, roots)
             roots = False
-            pos = resp.segments[-1].start + len(resp.segments[-1].blocks)
             yield resp
 
     @streaming(long_lived=True)
@@ -268,11 +264,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             if length <= pos:
                 hf.wait_beyond(pos, WAIT_SLICE)
                 continue
-            resp = self._response(hf, pos, length, budget, roots)
-            if resp is None:
-                continue
+            resp, pos = self._response(hf, pos, length, budget, roots)
             roots = False
-            pos = resp.segments[-1].start + len(resp.segments[-1].blocks)
             yield resp
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..log import entries
 from ..log.feed import Write
-from ..log.timestamps import TimestampPolicy
+from ..log.timestamps import parse_duration
 from . import emit
 
 REMOTE = "grpc://"
@@ -66,13 +66,8 @@ def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
             value: Any = None
         else:
             value = parse_value(client.info(key).content_type, ns.value, ns.hex)
-        policy = ns.timestamps if isinstance(ns.timestamps, TimestampPolicy) else None
-        ttl = None
-        if getattr(ns, "ttl", None):
-            from ..log.timestamps import parse_duration
-
-            ttl = parse_duration(ns.ttl)
-        a = client.put(key, [Write(ns.key, value, deleted, ttl, policy)])[0]
+        ttl = parse_duration(ns.ttl) if getattr(ns, "ttl", None) else None
+        a = client.put(key, [Write(ns.key, value, deleted, ttl, ns.timestamps)])[0]
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 

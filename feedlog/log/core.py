@@ -253,13 +253,7 @@ class Core:
                 raise Conflict(f"the feed is at fork {self._state.fork}, the append is for fork {fork}")
             if not blocks:
                 raise InvalidArgument("cannot append an empty batch")
-            created, roots = merkle.append_leaves(self._roots, start, blocks)
-            state = TreeState(start + len(blocks), fork, merkle.roots_hash(roots), signature)
-            if not self.verifier.verify(signature, state.signable()):
-                raise SignatureError(
-                    f"signature over length {state.length} does not verify with the feed key "
-                    "(only the key holder can append)"
-                )
+            created, roots, state = merkle.signed_append(self._roots, start, blocks, signature, fork, self.verifier)
             min_ts, max_ts = inspect() if inspect is not None else (0, 0)
             self._commit(start, blocks, created, roots, state, min_ts, max_ts)
             return state
@@ -435,19 +429,21 @@ class Core:
             ends, offs = array("q"), array("q")
             off = 0
             while off <= self._last_record:
-                head = storage.decode_head(os.pread(self._log, storage.HEAD_SIZE, off))
-                if head is None:
-                    raise Corruption(f"{self.path}: unreadable log record header at offset {off}")
+                head = self._head(off)
                 ends.append(head.length)
                 offs.append(off)
                 off += head.total
             self._rec_ends, self._rec_offs = ends, offs
         return self._rec_ends
 
-    def _record_state(self, i: int) -> TreeState:
-        head = storage.decode_head(os.pread(self._log, storage.HEAD_SIZE, self._rec_offs[i]))
+    def _head(self, offset: int) -> storage.RecordHead:
+        head = storage.decode_head(os.pread(self._log, storage.HEAD_SIZE, offset))
         if head is None:
-            raise Corruption(f"{self.path}: unreadable log record header at offset {self._rec_offs[i]}")
+            raise Corruption(f"{self.path}: unreadable log record header at offset {offset}")
+        return head
+
+    def _record_state(self, i: int) -> TreeState:
+        head = self._head(self._rec_offs[i])
         return TreeState(head.length, head.fork, head.tree_hash, head.signature)
 
     def batch_end(self, seq: int) -> int:

@@ -202,29 +202,34 @@ class Feed:
 
     # ---- writes ---------------------------------------------------------------------
 
-    def append(self, writes: Sequence[Write]) -> list[Appended]:
-        """Append entries as one signed batch; durable (per the fsync policy) when this returns."""
+    def _encode(self, writes: Sequence[Write], now: int) -> tuple[list[bytes], list[tuple[int | None, int | None]]]:
+        """The blocks for `writes` at clock reading `now`, with each one's (timestamp, expires_at)."""
         if not writes:
             raise InvalidArgument("nothing to append")
-        with self.core.lock:
-            now = self.clock.now_ms()
-            start = self.core.length
-            blocks: list[bytes] = []
-            out: list[Appended] = []
-            for n, w in enumerate(writes):
-                if not isinstance(w.key, str) or not w.key:
-                    raise InvalidArgument("an entry needs a non-empty string key")
-                policy = w.timestamps or self.settings.timestamps
-                ts = policy.apply(now)
-                ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
-                expires = policy.expiry(now, ts, ttl) if ttl and not w.deleted else None
-                blocks.append(
-                    entries.encode_entry(
-                        self.content_type, w.key, w.value, deleted=w.deleted, timestamp=ts, expires_at=expires
-                    )
+        blocks: list[bytes] = []
+        stamps: list[tuple[int | None, int | None]] = []
+        for w in writes:
+            if not isinstance(w.key, str) or not w.key:
+                raise InvalidArgument("an entry needs a non-empty string key")
+            policy = w.timestamps or self.settings.timestamps
+            ts = policy.apply(now)
+            ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
+            expires = policy.expiry(now, ts, ttl) if ttl and not w.deleted else None
+            blocks.append(
+                entries.encode_entry(
+                    self.content_type, w.key, w.value, deleted=w.deleted, timestamp=ts, expires_at=expires
                 )
-                out.append(Appended(start + n, ts, expires))
-            stamped = [a.timestamp for a in out if a.timestamp is not None]
+            )
+            stamps.append((ts, expires))
+        return blocks, stamps
+
+    def append(self, writes: Sequence[Write]) -> list[Appended]:
+        """Append entries as one signed batch; durable (per the fsync policy) when this returns."""
+        with self.core.lock:
+            blocks, stamps = self._encode(writes, self.clock.now_ms())
+            start = self.core.length
+            out = [Appended(start + n, ts, expires) for n, (ts, expires) in enumerate(stamps)]
+            stamped = [ts for ts, _ in stamps if ts is not None]
             self.core.append(blocks, min_ts=min(stamped, default=0), max_ts=max(stamped, default=0))
             if self._keys is not None:
                 for w, a in zip(writes, out, strict=True):
@@ -232,22 +237,11 @@ class Feed:
             return out
 
     def check(self, writes: Sequence[Write]) -> None:
-        """Raise `InvalidArgument` if `append(writes)` would refuse them (nothing is written)."""
-        if not writes:
-            raise InvalidArgument("nothing to append")
-        now = 0  # any reading encodes the same way; the clock is left alone
-        for w in writes:
-            if not isinstance(w.key, str) or not w.key:
-                raise InvalidArgument("an entry needs a non-empty string key")
-            ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
-            entries.encode_entry(
-                self.content_type,
-                w.key,
-                w.value,
-                deleted=w.deleted,
-                timestamp=now,
-                expires_at=now + ttl if ttl and not w.deleted else None,
-            )
+        """Raise `InvalidArgument` if `append(writes)` would refuse them (nothing is written).
+
+        Encodes at reading 0: any reading encodes the same way, and the clock is left alone.
+        """
+        self._encode(writes, 0)
 
     def store_signed(self, blocks: Sequence[bytes], state: TreeState, *, sync: bool = True) -> None:
         """Store a batch its author signed (replication); refused unless it verifies."""

@@ -77,6 +77,23 @@ def append_leaves(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) ->
     return append_nodes(roots, leaves(start, blocks))
 
 
+def signed_append(
+    roots: Sequence[Node], start: int, blocks: Sequence[bytes], signature: bytes, fork: int, verifier: Verifier
+) -> tuple[list[Node], list[Node], TreeState]:
+    """(created nodes, new roots, state) of a batch whose author sent only `signature`.
+
+    The tree is recomputed here, so the signature is checked over what *we*
+    hash; `SignatureError` unless the feed key signed exactly this tree.
+    """
+    created, new_roots = append_leaves(roots, start, blocks)
+    state = TreeState(start + len(blocks), fork, roots_hash(new_roots), signature)
+    if not verifier.verify(signature, state.signable()):
+        raise SignatureError(
+            f"signature over length {state.length} does not verify with the feed key (only the key holder can append)"
+        )
+    return created, new_roots, state
+
+
 def nodes_for_roots(length: int, get: Callable[[int], Node]) -> list[Node]:
     return [get(i) for i in flat_tree.full_roots(length)]
 

@@ -20,7 +20,6 @@ The peer runs as its own process (`python -m feedlog_server`), as in production.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import socket
 import statistics
@@ -231,7 +230,6 @@ def main() -> None:
         replication(d, 100_000 // scale)
         group_commit(d, 4000 // scale)
         tail_latency(d, 500 // scale)
-    os.sync()
 
 
 if __name__ == "__main__":
