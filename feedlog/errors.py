@@ -44,6 +44,10 @@ class ReadOnly(FeedlogError):
     """Writing needs the feed's secret key, which this copy does not hold."""
 
 
+class PermissionDenied(FeedlogError):
+    """The caller lacks the credential this needs (e.g. a managed table's owner token)."""
+
+
 class Unsupported(FeedlogError):
     """Valid data that needs a capability this version of feedlog lacks (e.g. a Delta table feature)."""
 

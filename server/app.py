@@ -11,17 +11,12 @@ acknowledged append was durable before its acknowledgement was sent.
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from feedlog.errors import InvalidArgument, Unavailable
 from feedlog.pb import feeds_pb2
@@ -30,7 +25,8 @@ from feedlog.replication.client import Address, Tls
 from .events import event
 from .follower import Follower
 from .host import FeedHost
-from .service import FeedsService, rpc_handler
+from .rpc import rpc_handler, start_server
+from .service import FeedsService
 
 SERVICE = feeds_pb2.DESCRIPTOR.services_by_name["Feeds"].full_name
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
@@ -92,40 +88,19 @@ class PeerServer:
     def start(self) -> PeerServer:
         self.host = FeedHost(self.data, accept_new=self.accept_new, fsync=self.fsync)
         workers = self.max_streams + 32  # streams are capped at max_streams: unary calls always find a thread
-        options: list[tuple[str, Any]] = [
-            ("grpc.max_receive_message_length", self.max_message_bytes),
-            ("grpc.max_send_message_length", self.max_message_bytes),
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-            ("grpc.so_reuseport", 0),
-        ]
-        self.server = grpc.server(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="feeds-rpc"),
-            options=options,
-            maximum_concurrent_rpcs=workers,
-        )
         self.service = FeedsService(self.host, max_streams=self.max_streams, stopping=self.stopping)
-        self.server.add_generic_rpc_handlers((rpc_handler(self.service),))
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), self.server
-        )
         try:
-            if self.tls is None:
-                self.port = self.server.add_insecure_port(self.listen)
-            else:
-                self.port = self.server.add_secure_port(self.listen, self.tls.credentials())
-        except RuntimeError as e:
+            self.server, self.port, self.health = start_server(
+                self.listen,
+                [rpc_handler(self.service, feeds_pb2, "Feeds")],
+                [SERVICE],
+                tls=self.tls,
+                workers=workers,
+                max_message_bytes=self.max_message_bytes,
+            )
+        except Unavailable:
             self.host.close()
-            raise Unavailable(f"cannot listen on {self.listen}: {e}") from None
-        if not self.port:
-            self.host.close()
-            raise Unavailable(f"cannot listen on {self.listen} (in use, or not an address of this machine)")
-        self.server.start()
-        for name in ("", SERVICE):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            raise
         for address in self.follow:
             self.followers.append(Follower(self.host, address, tls=self.follow_tls).start())
         event(
@@ -154,22 +129,3 @@ class PeerServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def serve_forever(server: PeerServer) -> None:
-    """Run until SIGTERM or SIGINT, then shut down cleanly."""
-    done = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        event("signal", signal=signal.Signals(signum).name)
-        done.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        server.start()
-        while not done.wait(3600):
-            pass
-    finally:
-        server.stop()
-        for s, h in previous.items():
-            signal.signal(s, h)

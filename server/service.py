@@ -17,7 +17,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from feedlog.errors import Conflict, FeedlogError, InvalidArgument, NotFound, Unavailable
 from feedlog.log import merkle
@@ -30,32 +29,14 @@ from feedlog.replication import wire
 from .events import event
 from .group_commit import Result
 from .host import FeedHost, HostedFeed
+from .rpc import abort as _abort
+from .rpc import unary
 
 DEFAULT_MESSAGE_BYTES = 1 << 20
 MAX_PUT_ENTRIES = 10_000
 WAIT_SLICE = 0.5  # how often a waiting stream checks that its client and the server are still there
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
-    md = getattr(err, "metadata", None)
-    if md:
-        context.set_trailing_metadata(md)
-    context.abort(wire.status_of(err), str(err))
-
-
-def unary(fn: F) -> F:
-    @functools.wraps(fn)
-    def wrapper(self: FeedsService, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return fn(self, request, context)
-        except FeedlogError as e:
-            _abort(context, e)
-        except ValueError as e:  # protobuf rejecting a field value
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-
-    return wrapper  # type: ignore[return-value]
 
 
 def streaming(long_lived: bool) -> Callable[[F], F]:
@@ -267,55 +248,6 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             resp, pos = self._response(hf, pos, length, budget, roots)
             roots = False
             yield resp
-
-
-def _parse(cls: Any, raw: bytes) -> Any:
-    try:
-        return cls.FromString(raw)
-    except DecodeError as e:
-        raise InvalidArgument(f"malformed {cls.DESCRIPTOR.full_name}: {e}") from None
-
-
-def _parsed(cls: Any, raws: Iterator[bytes]) -> Iterator[Any]:
-    for raw in raws:
-        yield _parse(cls, raw)
-
-
-def rpc_handler(service: FeedsService) -> grpc.GenericRpcHandler:
-    """The service's method handlers, parsing requests here rather than in gRPC.
-
-    gRPC answers a request its deserializer rejects with an opaque INTERNAL;
-    parsing in the handler turns malformed bytes into INVALID_ARGUMENT naming
-    the message type, like every other bad input.
-    """
-    desc = pb.DESCRIPTOR.services_by_name["Feeds"]
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
-    for m in desc.methods:
-        cls = getattr(pb, m.input_type.name)
-        fn = getattr(service, m.name)
-        out = {"response_serializer": _serialize}
-        if m.client_streaming:
-
-            def stream_h(raws: Iterator[bytes], ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
-                return fn(_parsed(cls, raws), ctx)
-
-            handlers[m.name] = grpc.stream_stream_rpc_method_handler(stream_h, **out)
-        else:
-
-            def unary_h(raw: bytes, ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
-                try:
-                    request = _parse(cls, raw)
-                except InvalidArgument as e:
-                    ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-                return fn(request, ctx)
-
-            make = grpc.unary_stream_rpc_method_handler if m.server_streaming else grpc.unary_unary_rpc_method_handler
-            handlers[m.name] = make(unary_h, **out)
-    return grpc.method_handlers_generic_handler(desc.full_name, handlers)
-
-
-def _serialize(m: Any) -> bytes:
-    return bytes(m.SerializeToString())
 
 
 def write_of(p: pb.Put) -> Write:

@@ -24,6 +24,7 @@ EXIT_CODES: tuple[tuple[type[errors.FeedlogError], int], ...] = (
     (errors.Corruption, 5),
     (errors.Conflict, 6),
     (errors.ReadOnly, 7),
+    (errors.PermissionDenied, 7),
     (errors.Unavailable, 8),
     (errors.Unsupported, 9),
 )
@@ -62,7 +63,7 @@ def emit(ns: argparse.Namespace, data: Any, human: Callable[[], None] | str | No
 
 
 def build_parser() -> Parser:
-    from . import feed_cmds, peer_cmds, table_cmds
+    from . import feed_cmds, owner_cmds, peer_cmds, table_cmds
 
     parser = Parser(
         prog="feedlog",
@@ -73,6 +74,7 @@ def build_parser() -> Parser:
     feed_cmds.register(sub)
     peer_cmds.register(sub)
     table_cmds.register(sub)
+    owner_cmds.register(sub)
     return parser
 
 

@@ -83,8 +83,9 @@ def remote_info(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_serve(ns: argparse.Namespace) -> None:
-    from feedlog_server.app import PeerServer, ServerTls, serve_forever
+    from feedlog_server.app import PeerServer, ServerTls
     from feedlog_server.events import configure
+    from feedlog_server.rpc import serve_forever
 
     from ..replication.client import Address
 

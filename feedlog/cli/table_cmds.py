@@ -1,4 +1,9 @@
-"""`feedlog table history|version-at|checkpoint|cleanup|enable-ict|info PATH`."""
+"""`feedlog table create|history|version-at|checkpoint|cleanup|enable-ict|info|backfill|convert PATH`.
+
+Every command works on managed tables too: the table's metadata names its
+commit owner, reads ask it for un-backfilled commits, and writes present the
+table's token (`--token`, or $FEEDLOG_OWNER_TOKEN).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,100 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+
 from ..delta import DeltaTable
+from ..delta.managed import TOKEN_ENV, Binding
 from ..errors import InvalidArgument
 from ..log.timestamps import parse_duration
 from . import emit
 from .feed_cmds import fmt_ts
+from .peer_cmds import tls_args, tls_of
+
+_TYPES = {
+    "long": pa.int64(),
+    "bigint": pa.int64(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "short": pa.int16(),
+    "byte": pa.int8(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "boolean": pa.bool_(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def parse_schema(text: str) -> pa.Schema:
+    """'id:long, name:string' -> an Arrow schema (Delta's primitive type names)."""
+    fields = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, kind = part.partition(":")
+        if not name.strip() or kind.strip().lower() not in _TYPES:
+            raise InvalidArgument(
+                f"bad column {part!r}: expected NAME:TYPE with TYPE one of {', '.join(sorted(_TYPES))}"
+            )
+        fields.append(pa.field(name.strip(), _TYPES[kind.strip().lower()]))
+    if not fields:
+        raise InvalidArgument("the schema needs at least one column, e.g. --schema 'id:long,name:string'")
+    return pa.schema(fields)
+
+
+def open_table(ns: argparse.Namespace) -> DeltaTable:
+    return DeltaTable.open(ns.path, owner_token=ns.token, owner_tls=tls_of(ns))
+
+
+def owner_binding(spec: str, batch_size: int | None) -> Binding:
+    return Binding.parse(spec, batch_size)
+
+
+def say_token(ns: argparse.Namespace, table: DeltaTable, given: str | None) -> str | None:
+    if given is None and table.owner_token and not getattr(ns, "json", False):
+        print(f"owner token: {table.owner_token}  (writers need it: --token or {TOKEN_ENV})")
+    return table.owner_token
+
+
+def cmd_create(ns: argparse.Namespace) -> None:
+    props = {}
+    for item in ns.property or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise InvalidArgument(f"bad --property {item!r}: expected KEY=VALUE")
+        props[key] = value
+    owner = owner_binding(ns.owner, ns.batch_size) if ns.owner else None
+    if ns.batch_size is not None and owner is None:
+        raise InvalidArgument("--batch-size is for managed tables: give --owner too")
+    table = DeltaTable.create(
+        ns.path,
+        parse_schema(ns.schema),
+        partition_by=[c.strip() for c in (ns.partition_by or "").split(",") if c.strip()],
+        properties=props,
+        in_commit_timestamps=not ns.no_ict,
+        owner=owner,
+        owner_token=ns.token,
+        owner_tls=tls_of(ns),
+    )
+    token = say_token(ns, table, ns.token) if owner else None
+    emit(ns, {"version": 0, "managed": owner is not None, "token": token}, f"created {ns.path} (version 0)")
+
+
+def cmd_backfill(ns: argparse.Namespace) -> None:
+    done = open_table(ns).backfill(ns.version)
+    emit(ns, {"backfilled": done}, f"backfilled through version {done}")
+
+
+def cmd_convert(ns: argparse.Namespace) -> None:
+    table = open_table(ns)
+    if ns.to_filesystem:
+        r = table.convert_to_filesystem()
+        emit(ns, {"version": r.version, "managed": False}, f"now a filesystem table (version {r.version})")
+        return
+    r = table.convert_to_managed(owner_binding(ns.to_managed, ns.batch_size))
+    token = say_token(ns, table, ns.token)
+    emit(ns, {"version": r.version, "managed": True, "token": token}, f"now a managed table (version {r.version})")
 
 
 def parse_timestamp(text: str) -> int:
@@ -29,7 +123,7 @@ def parse_timestamp(text: str) -> int:
 
 
 def cmd_history(ns: argparse.Namespace) -> None:
-    entries = DeltaTable.open(ns.path).history(ns.limit)
+    entries = open_table(ns).history(ns.limit)
     rows = [
         {
             "version": e.version,
@@ -51,23 +145,23 @@ def cmd_history(ns: argparse.Namespace) -> None:
 
 def cmd_version_at(ns: argparse.Namespace) -> None:
     ts = parse_timestamp(ns.timestamp)
-    version = DeltaTable.open(ns.path).version_at(ts)
+    version = open_table(ns).version_at(ts)
     emit(ns, {"timestamp": ts, "version": version}, str(version))
 
 
 def cmd_checkpoint(ns: argparse.Namespace) -> None:
-    version = DeltaTable.open(ns.path).checkpoint(ns.version)
+    version = open_table(ns).checkpoint(ns.version)
     emit(ns, {"checkpoint": version}, f"checkpoint written at version {version}")
 
 
 def cmd_cleanup(ns: argparse.Namespace) -> None:
     retain = None if ns.retain is None else parse_duration(ns.retain)
-    deleted = DeltaTable.open(ns.path).cleanup(retain)
+    deleted = open_table(ns).cleanup(retain)
     emit(ns, {"deleted": deleted}, f"deleted {len(deleted)} log file(s)")
 
 
 def cmd_enable_ict(ns: argparse.Namespace) -> None:
-    result = DeltaTable.open(ns.path).enable_ict()
+    result = open_table(ns).enable_ict()
     if result.skipped:
         emit(ns, {"enabled": True, "version": None}, "in-commit timestamps were already enabled")
     else:
@@ -79,7 +173,7 @@ def cmd_enable_ict(ns: argparse.Namespace) -> None:
 
 
 def cmd_info(ns: argparse.Namespace) -> None:
-    info = DeltaTable.open(ns.path).info()
+    info = open_table(ns).info()
 
     def human() -> None:
         p = info["protocol"]
@@ -90,6 +184,8 @@ def cmd_info(ns: argparse.Namespace) -> None:
         print(f"files       {info['files']}")
         print(f"rows        {'unknown' if info['rows'] is None else info['rows']}")
         print(f"partitions  {', '.join(info['partition_columns']) or '-'}")
+        print(f"backfilled  {info['backfilled_version']}")
+        print(f"owner       {info['commit_owner'] or '-'}")
         for k, v in sorted(info["properties"].items()):
             print(f"property    {k}={v}")
 
@@ -107,7 +203,17 @@ def register(sub: Any) -> None:
         p.add_argument("path", help="the table's directory")
         if json_out:
             p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--token", help=f"a managed table's owner token (default: ${TOKEN_ENV})")
+        tls_args(p)
         return p
+
+    p = add("create", cmd_create, "create a table (managed by a commit owner with --owner)")
+    p.add_argument("--schema", required=True, help="columns, e.g. 'id:long,name:string'")
+    p.add_argument("--partition-by", metavar="COLS", help="comma-separated partition columns")
+    p.add_argument("--property", action="append", metavar="KEY=VALUE", help="a table property (repeatable)")
+    p.add_argument("--no-ict", action="store_true", help="without in-commit timestamps (not for managed tables)")
+    p.add_argument("--owner", metavar="OWNER", help="grpc://HOST:PORT of a commit owner, or an owner database file")
+    p.add_argument("--batch-size", type=int, metavar="N", help="the owner backfills every N commits (default 1)")
 
     p = add("history", cmd_history, "commits, newest first, with their time (in-commit timestamp or file time)")
     p.add_argument("--limit", type=int, metavar="N", help="only the newest N commits")
@@ -121,3 +227,10 @@ def register(sub: Any) -> None:
     )
     add("enable-ict", cmd_enable_ict, "turn on in-commit timestamps for an existing table")
     add("info", cmd_info, "version, protocol, features, properties, file and row counts")
+    p = add("backfill", cmd_backfill, "have a managed table's owner copy ratified commits into _delta_log")
+    p.add_argument("--version", type=int, metavar="V", help="backfill through this version (default: all)")
+    p = add("convert", cmd_convert, "hand the table to a commit owner, or take it back to the filesystem")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--to-managed", metavar="OWNER", help="grpc://HOST:PORT or an owner database file")
+    g.add_argument("--to-filesystem", action="store_true", help="remove the commit owner")
+    p.add_argument("--batch-size", type=int, metavar="N", help="the owner backfills every N commits (default 1)")

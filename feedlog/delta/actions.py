@@ -20,6 +20,8 @@ ICT = "inCommitTimestamp"
 #: the RFC draft's spelling; accepted when reading, never written
 ICT_DRAFT = "inCommitTimestamps"
 APPEND_ONLY = "appendOnly"
+MANAGED_COMMITS = "managedCommits"
+CHECKPOINT_PROTECTION = "checkpointProtection"
 INVARIANTS = "invariants"
 
 # Table properties.
@@ -31,6 +33,9 @@ LOG_RETENTION = "delta.logRetentionDuration"
 DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
 COMPRESSION = "delta.parquet.compression.codec"
 NUM_INDEXED_COLS = "delta.dataSkippingNumIndexedCols"
+OWNER_NAME = "delta.managedCommitOwnerName"
+OWNER_CONF = "delta.managedCommitOwnerConf"
+REQUIRE_CHECKPOINT_PROTECTION = "delta.requireCheckpointProtectionBeforeVersion"
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +72,12 @@ class Protocol:
 
     def supports_writer_feature(self, name: str) -> bool:
         return self.min_writer_version == 7 and name in (self.writer_features or ())
+
+    def without_writer_feature(self, name: str) -> Protocol:
+        if not self.supports_writer_feature(name):
+            return self
+        features = tuple(f for f in self.writer_features or () if f != name)
+        return Protocol(self.min_reader_version, 7, self.reader_features, features)
 
     def with_writer_feature(self, name: str) -> Protocol:
         """This protocol upgraded to writer version 7 with `name` listed.

@@ -39,6 +39,8 @@ class CommitConflict:
     version: int
     retryable: bool = True
     reason: str = "another writer committed this version first"
+    #: a commit owner's un-backfilled commits from `version` on, as (version, staged file name)
+    winners: tuple[tuple[int, str], ...] = ()
 
 
 CommitResponse = Committed | CommitConflict

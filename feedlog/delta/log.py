@@ -1,8 +1,9 @@
 """Reading `_delta_log`: one listing, then the table state at any retained version.
 
 A snapshot is rebuilt from the newest checkpoint at or before the wanted
-version plus the commits after it. The listing merges the committer's ratified
-but not yet backfilled commits, so managed tables read their latest version.
+version plus the commits after it. These functions see the filesystem only
+(`_delta_log/<v>.json`, the backfilled log); `DeltaTable` adds a managed
+table's ratified, not yet backfilled commits from its owner.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import Corruption, NotFound
 from . import checkpoint
 from .actions import Action, Metadata, Protocol, decode_commit
-from .committer import LOG_DIR, Committer
+from .committer import LOG_DIR, commit_path
 from .replay import TableState
 from .storage import FileInfo, Storage
 
@@ -43,7 +44,7 @@ class Listing:
         return start
 
 
-def list_log(storage: Storage, committer: Committer, stat: bool = False) -> Listing:
+def list_log(storage: Storage, stat: bool = False) -> Listing:
     """The log's commits and checkpoints; file sizes and times only with `stat` (names suffice for replay)."""
     commits: dict[int, FileInfo] = {}
     checkpoints: dict[int, FileInfo] = {}
@@ -53,22 +54,17 @@ def list_log(storage: Storage, committer: Committer, stat: bool = False) -> List
             commits[int(m.group(1))] = info
         elif m := _CHECKPOINT.fullmatch(name):
             checkpoints[int(m.group(1))] = info
-    start = max(commits, default=-1) + 1
-    for version, info in committer.ratified_commits(storage, start):
-        commits[version] = info
     if not commits:
         raise TableNotFound(f"no Delta table at {storage.location} (no commits in {LOG_DIR}/)")
     return Listing(commits, checkpoints)
 
 
-def commits_after(storage: Storage, committer: Committer, version: int) -> dict[int, FileInfo]:
+def commits_after(storage: Storage, version: int) -> dict[int, FileInfo]:
     """Commit files of versions > `version` (a list-from: old files are not even looked at)."""
     commits = {}
     for info in storage.list(LOG_DIR, start_after=f"{version:020d}.json", stat=False):
         if m := _COMMIT.fullmatch(info.path.rsplit("/", 1)[-1]):
             commits[int(m.group(1))] = info
-    for v, info in committer.ratified_commits(storage, max(commits, default=version) + 1):
-        commits[v] = info
     return commits
 
 
@@ -79,7 +75,10 @@ def read_commit(storage: Storage, listing: Listing, version: int) -> list[Action
     try:
         data = storage.read(info.path)
     except NotFound:
-        raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
+        try:  # a ratified commit is backfilled, then its staged file cleaned up: read the backfilled copy
+            data = storage.read(commit_path(version))
+        except NotFound:
+            raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
     return decode_commit(data, version)
 
 

@@ -8,6 +8,16 @@ commit before its checkpoint, so a crash midway leaves a readable log.
 
 One deliberate difference from the protocol's recipe: the cutoff is exactly
 now - retention, not rounded down to midnight UTC, so `--retain 1h` means an hour.
+
+Managed tables (the managed-commits RFC): both work only on the backfilled log,
+`_delta_log/<v>.json`, which is all these functions list; cleanup always keeps
+the newest backfilled commit. Checkpoint protection (its RFC), for a table whose
+protocol has `checkpointProtection` and property
+`delta.requireCheckpointProtectionBeforeVersion` = P:
+(a) no checkpoint before P is deleted, unless the cleanup takes everything before P;
+(b) a checkpoint before P is written only if feedlog supports the protocol at that version;
+(c) history is truncated only over versions whose protocol feedlog supports, or else in one
+    go through P; (d) commits are deleted before checkpoints.
 """
 
 from __future__ import annotations
@@ -17,12 +27,21 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import Corruption, InvalidArgument, NotFound
+from ..errors import Corruption, FeedlogError, InvalidArgument, NotFound, Unsupported
 from . import checkpoint
-from .actions import DELETED_FILE_RETENTION, LOG_RETENTION
+from .actions import (
+    CHECKPOINT_PROTECTION,
+    DELETED_FILE_RETENTION,
+    LOG_RETENTION,
+    REQUIRE_CHECKPOINT_PROTECTION,
+    Metadata,
+    Protocol,
+)
 from .committer import LOG_DIR
-from .log import list_log, load_protocol_metadata, load_state
-from .replay import ict_enablement
+from .log import Listing, list_log, load_protocol_metadata, load_state, read_commit
+from .managed import COMMITS_DIR, Binding, staged_version
+from .replay import check_writable, ict_enablement
+from .storage import Storage
 from .timeline import Timeline, last_at_or_before
 
 if TYPE_CHECKING:
@@ -60,9 +79,24 @@ def _retention(conf: Mapping[str, str], key: str, default: int) -> int:
 def write_checkpoint(table: DeltaTable, version: int | None = None) -> int:
     """Write a V1 classic checkpoint of `version` (default latest) and point `_last_checkpoint` at it."""
     storage = table.storage
-    listing = list_log(storage, table.committer)
+    listing = list_log(storage)  # the backfilled log only: a checkpoint needs `_delta_log/<v>.json`
+    if version is not None and version > listing.latest:
+        protocol, metadata = load_protocol_metadata(storage, listing)
+        if Binding.of(protocol, metadata) is not None:
+            raise InvalidArgument(
+                f"version {version} is not backfilled yet (backfilled through {listing.latest}): "
+                "backfill before checkpointing it"
+            )
     state = load_state(storage, listing, version)
-    assert state.metadata is not None
+    assert state.metadata is not None and state.protocol is not None
+    boundary = protection_boundary(*load_protocol_metadata(storage, listing))
+    if state.version < boundary:
+        try:  # requirement (b): only a protocol we fully support may be checkpointed
+            check_writable(state.protocol)
+        except Unsupported as e:
+            raise Unsupported(
+                f"cannot checkpoint version {state.version}, before the protected version {boundary}: {e}"
+            ) from None
     state.expire_tombstones(
         table.clock.now_ms(),
         _retention(state.metadata.configuration, DELETED_FILE_RETENTION, DEFAULT_TOMBSTONE_RETENTION_MS),
@@ -83,32 +117,82 @@ def write_checkpoint(table: DeltaTable, version: int | None = None) -> int:
 def cleanup_log(table: DeltaTable, retain_ms: int | None = None) -> list[str]:
     """Delete commits and checkpoints older than the retention; returns the deleted paths."""
     storage = table.storage
-    listing = list_log(storage, table.committer)
+    listing = list_log(storage)  # backfilled commits only, so the newest backfilled one is always kept
     protocol, metadata = load_protocol_metadata(storage, listing)
     if retain_ms is None:
         retain_ms = _retention(metadata.configuration, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
     if retain_ms < 0:
         raise InvalidArgument("retention must not be negative")
     cutoff_ms = table.clock.now_ms() - retain_ms
-    timeline = Timeline(storage, table.committer, listing, ict_enablement(protocol, metadata))
+    timeline = Timeline(storage, listing, ict_enablement(protocol, metadata), lambda: list_log(storage, stat=True))
     # Commit times are monotonic across the ICT enablement boundary (ICT writer requirement 5),
     # so the cutoff commit is found by the same binary search as time travel.
+    deleted = _clean_staged(table, listing.latest)
     try:
         cutoff_commit = last_at_or_before(listing.earliest, listing.latest, timeline.commit_time, cutoff_ms)
     except NotFound:
-        return []
+        return deleted
     protected = max((v for v in listing.checkpoints if v <= cutoff_commit), default=None)
     if protected is None:
-        return []  # no checkpoint to stand in for older commits: nothing may go
+        return deleted  # no checkpoint to stand in for older commits: nothing may go
     if protected not in listing.commits:
         raise Corruption(f"checkpoint {protected} has no commit file beside it; refusing to clean up")
+    keep_checkpoints_before = 0
+    boundary = protection_boundary(protocol, metadata)
+    if protected < boundary:
+        # checkpoint protection: not everything before the boundary goes in this cleanup, so
+        # checkpoints before it stay (a), and commits go only if we support every protocol among them (c)
+        if not _all_supported(storage, listing, protected):
+            return deleted
+        keep_checkpoints_before = boundary
     doomed = []
     for info in storage.list(LOG_DIR):
         m = _VERSIONED.fullmatch(info.path.rsplit("/", 1)[-1])
-        if m and int(m.group(1)) < protected:
-            kind_order = 0 if m.group(2) == "json" else 1
-            doomed.append((int(m.group(1)), kind_order, info.path))
-    doomed.sort()
+        if not m or int(m.group(1)) >= protected:
+            continue
+        is_commit = m.group(2) == "json"
+        if not is_commit and int(m.group(1)) < keep_checkpoints_before:
+            continue
+        doomed.append((0 if is_commit else 1, int(m.group(1)), info.path))
+    doomed.sort()  # every commit before any checkpoint (d), oldest first
     for _, _, path in doomed:
         storage.delete(path)
-    return [p for _, _, p in doomed]
+    return deleted + [p for _, _, p in doomed]
+
+
+def protection_boundary(protocol: Protocol, metadata: Metadata) -> int:
+    """`delta.requireCheckpointProtectionBeforeVersion` when checkpointProtection is on, else 0."""
+    if not protocol.supports_writer_feature(CHECKPOINT_PROTECTION):
+        return 0
+    raw = metadata.configuration.get(REQUIRE_CHECKPOINT_PROTECTION, "0")
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise Corruption(f"{REQUIRE_CHECKPOINT_PROTECTION} is not a version number: {raw!r}") from None
+
+
+def _all_supported(storage: Storage, listing: Listing, before: int) -> bool:
+    """Whether feedlog supports the protocol of every retained version < `before`."""
+    try:
+        start = listing.earliest
+        state = load_state(storage, listing, start)
+        assert state.protocol is not None
+        check_writable(state.protocol)
+        for v in range(start + 1, before):
+            for a in read_commit(storage, listing, v):
+                if isinstance(a, Protocol):
+                    check_writable(a)
+    except FeedlogError:
+        return False
+    return True
+
+
+def _clean_staged(table: DeltaTable, backfilled: int) -> list[str]:
+    """Staged commits of backfilled versions: copies of what was ratified, or losers that never will be."""
+    doomed = []
+    for info in table.storage.list(COMMITS_DIR, stat=False):
+        v = staged_version(info.path.rsplit("/", 1)[-1])
+        if v is not None and v <= backfilled:
+            table.storage.delete(info.path)
+            doomed.append(info.path)
+    return doomed

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from ..errors import Corruption, Unsupported
 from .actions import (
     APPEND_ONLY,
+    CHECKPOINT_PROTECTION,
     ENABLE_ICT,
     ICT,
     ICT_DRAFT,
     ICT_ENABLEMENT_TIMESTAMP,
     ICT_ENABLEMENT_VERSION,
     INVARIANTS,
+    MANAGED_COMMITS,
     Action,
     Add,
     CommitInfo,
@@ -32,7 +34,18 @@ from .actions import (
 #: reader features whose only effect is on data this library reads as plain Parquet
 SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
 #: writer features this library honours when it writes
-SUPPORTED_WRITER_FEATURES = frozenset({ICT, ICT_DRAFT, APPEND_ONLY, INVARIANTS, "timestampNtz", "vacuumProtocolCheck"})
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        ICT,
+        ICT_DRAFT,
+        APPEND_ONLY,
+        INVARIANTS,
+        MANAGED_COMMITS,
+        CHECKPOINT_PROTECTION,
+        "timestampNtz",
+        "vacuumProtocolCheck",
+    }
+)
 
 
 def check_readable(protocol: Protocol) -> None:

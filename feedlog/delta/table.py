@@ -16,9 +16,21 @@ from typing import Any
 import pyarrow as pa
 
 from ..clock import Clock, SystemClock
-from ..errors import AlreadyExists, Conflict, InvalidArgument, NotFound
-from .actions import ENABLE_ICT, ICT, Add, Metadata, Protocol, decode_commit, encode_commit
-from .committer import Committed, Committer, FilesystemCommitter, commit_path
+from ..errors import AlreadyExists, Conflict, Corruption, InvalidArgument, NotFound, Unavailable
+from .actions import (
+    ENABLE_ICT,
+    ICT,
+    MANAGED_COMMITS,
+    OWNER_CONF,
+    OWNER_NAME,
+    Action,
+    Add,
+    Metadata,
+    Protocol,
+    decode_commit,
+    encode_commit,
+)
+from .committer import CommitResponse, Committed, Committer, FilesystemCommitter, commit_path
 from .log import (
     Listing,
     TableNotFound,
@@ -28,6 +40,7 @@ from .log import (
     load_state,
     read_commit,
 )
+from .managed import Auth, Binding, ManagedCommitter, TableRef, TableStatus, default_token, new_token, resolve_owner
 from .parquet import read_parquet
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .schema import from_schema_string, to_schema_string
@@ -35,6 +48,8 @@ from .storage import LocalStorage, Storage
 from .timeline import HistoryEntry, Timeline, last_at_or_before, missing_ict
 from .transaction import CommitResult, Transaction, protocol_for_new_table
 from .writer import WriteOptions, write_files
+
+_FILESYSTEM = FilesystemCommitter()
 
 
 class Snapshot:
@@ -113,13 +128,22 @@ class DeltaTable:
         storage: Storage | str | os.PathLike[str],
         *,
         committer: Committer | None = None,
+        owner_token: str | None = None,
+        owner_tls: Any = None,
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
         max_commit_attempts: int = 100,
         extra_writer_features: Iterable[str] = (),
     ) -> None:
         self.storage: Storage = LocalStorage(storage) if isinstance(storage, (str, os.PathLike)) else storage
-        self.committer: Committer = committer or FilesystemCommitter()
+        #: a committer that decides every commit (tests); by default the table's metadata decides:
+        #: put-if-absent for filesystem tables, the commit owner it names for managed ones
+        self.fixed_committer = committer
+        #: the managed table's token (default $FEEDLOG_OWNER_TOKEN); creating or converting a table
+        #: without one makes a new one here, which writers then need
+        self.owner_token = owner_token if owner_token is not None else default_token()
+        self.owner_tls = owner_tls
+        self._managed_committers: dict[tuple[Binding, str], ManagedCommitter] = {}
         self.clock: Clock = clock or SystemClock()
         self.new_id: Callable[[], str] = new_id or (lambda: str(uuid.uuid4()))
         self.max_commit_attempts = max_commit_attempts
@@ -141,12 +165,18 @@ class DeltaTable:
         name: str | None = None,
         description: str | None = None,
         in_commit_timestamps: bool = True,
+        owner: Binding | str | None = None,
         **components: Any,
     ) -> DeltaTable:
-        """A new table at `location`; in-commit timestamps are on unless turned off."""
+        """A new table at `location`; in-commit timestamps are on unless turned off.
+
+        With `owner` (a `Binding`, 'grpc://HOST:PORT' or a SQLite file for the
+        in-process owner) the table is managed: the owner writes commit 0
+        put-if-absent and ratifies every later commit.
+        """
         table = cls(location, **components)
         try:
-            list_log(table.storage, table.committer)
+            list_log(table.storage)
             raise AlreadyExists(f"a Delta table already exists at {table.storage.location}")
         except TableNotFound:
             pass
@@ -158,6 +188,10 @@ class DeltaTable:
         props = dict(properties or {})
         if in_commit_timestamps:
             props[ENABLE_ICT] = "true"
+        if owner is not None:
+            if not in_commit_timestamps:
+                raise InvalidArgument("a managed table needs in-commit timestamps")
+            props.update((Binding.parse(owner) if isinstance(owner, str) else owner).properties())
         now = table.clock.now_ms()
         txn = Transaction(table, TableState(), "CREATE TABLE")
         txn.operation_parameters = {"partitionBy": list(partition_by), "properties": props}
@@ -173,7 +207,7 @@ class DeltaTable:
         )
         check_writable(txn.new_protocol, table.extra_writer_features)
         actions, _ = txn.plan(TableState(), now)
-        response = table.committer.commit(table.storage, 0, encode_commit(actions), actions)
+        response = table._commit(TableState(), 0, actions)
         if not isinstance(response, Committed):
             raise AlreadyExists(f"a Delta table was created concurrently at {table.storage.location}")
         return table
@@ -187,26 +221,106 @@ class DeltaTable:
 
     # reading
 
-    def _listing(self) -> Listing:
-        return list_log(self.storage, self.committer)
+    # which committer
+
+    def committer_for(self, protocol: Protocol | None, metadata: Metadata | None) -> Committer:
+        """Who decides commits after a version with this protocol and metadata."""
+        if self.fixed_committer is not None:
+            return self.fixed_committer
+        binding = Binding.of(protocol, metadata)
+        if binding is None or metadata is None:
+            return _FILESYSTEM
+        return self._managed(binding, metadata.id)
+
+    def _managed(self, binding: Binding, table_id: str) -> ManagedCommitter:
+        key = (binding, table_id)
+        committer = self._managed_committers.get(key)
+        if committer is None:
+            ref = TableRef(table_id, self.storage.location)
+            committer = ManagedCommitter(resolve_owner(binding, self.owner_tls), ref, Auth(self.owner_token))
+            self._managed_committers[key] = committer
+        return committer
+
+    def _commit(self, base: TableState, version: int, actions: Sequence[Action]) -> CommitResponse:
+        """Hand version `version` to whoever decides it; ownership changes go to the owner's
+        register (create, filesystem -> managed) or release (managed -> filesystem)."""
+        data = encode_commit(actions)
+        if self.fixed_committer is not None:
+            return self.fixed_committer.commit(self.storage, version, data, actions)
+        protocol = next((a for a in actions if isinstance(a, Protocol)), base.protocol)
+        metadata = next((a for a in actions if isinstance(a, Metadata)), base.metadata)
+        before = Binding.of(base.protocol, base.metadata)
+        try:
+            after = Binding.of(protocol, metadata)
+        except Corruption as e:
+            raise InvalidArgument(f"this commit would make the table invalid ({e}); use convert_to_managed") from None
+        if before is None and after is None:
+            return _FILESYSTEM.commit(self.storage, version, data, actions)
+        assert metadata is not None
+        if before is None:
+            assert after is not None
+            if self.owner_token is None:
+                self.owner_token = new_token()
+            committer = self._managed(after, metadata.id)
+            committer.auth = Auth(self.owner_token)
+            return committer.register(self.storage, version, data, actions, after.batch_size)
+        assert base.metadata is not None
+        if after is None:
+            return self._managed(before, base.metadata.id).release(self.storage, version, data, actions)
+        if after != before or metadata.id != base.metadata.id:
+            raise InvalidArgument(
+                "a managed table's commit owner is changed in two steps: convert it to a filesystem table, "
+                "then to the new owner"
+            )
+        return self._managed(before, base.metadata.id).commit(self.storage, version, data, actions)
+
+    # reading
+
+    def _listing(self, stat: bool = False) -> Listing:
+        """The backfilled log plus, for a managed table, the ratified commits its owner still holds."""
+        for _ in range(10):
+            fs = list_log(self.storage, stat=stat)
+            protocol, metadata = load_protocol_metadata(self.storage, fs)
+            ratified = self.committer_for(protocol, metadata).ratified_commits(self.storage, fs.latest + 1)
+            if not ratified or ratified[0][0] == fs.latest + 1:
+                return Listing({**fs.commits, **dict(ratified)}, fs.checkpoints)
+            # the owner backfilled and forgot commits between the listing and its answer: list again
+        raise Unavailable(f"the log of {self.storage.location} kept changing while it was being listed")
 
     def _latest(self) -> TableState:
         """The latest state, read incrementally: only the commits after the last state seen here."""
         cached = self._cache
-        if cached is not None:
-            newer = commits_after(self.storage, self.committer, cached.version)
+        state = self._catch_up(cached) if cached is not None else None
+        if state is None:
+            state = load_state(self.storage, self._listing())
+        self._cache = state
+        return state
+
+    def _catch_up(
+        self, cached: TableState, check: Callable[[int, list[Action]], None] | None = None
+    ) -> TableState | None:
+        """`cached` plus the commits after it (backfilled, then the owner's); None if that cannot be done.
+
+        `check` sees each newer commit before it is applied (a rebasing transaction's conflict check).
+        """
+        state = cached
+        for step in ("backfilled", "ratified"):
+            if step == "backfilled":
+                newer = commits_after(self.storage, state.version)
+            else:
+                committer = self.committer_for(state.protocol, state.metadata)
+                newer = dict(committer.ratified_commits(self.storage, state.version + 1))
             versions = sorted(newer)
-            if versions == list(range(cached.version + 1, cached.version + 1 + len(versions))):
-                if not versions:
-                    return cached
-                state = cached.copy()
+            if versions != list(range(state.version + 1, state.version + 1 + len(versions))):
+                return None  # a gap: cleaned up or backfilled meanwhile; read afresh
+            if versions:
+                state = state.copy() if state is cached else state
                 partial = Listing(newer, {})
                 for v in versions:
-                    state.apply(v, read_commit(self.storage, partial, v))
-                self._cache = state
-                return state
-        state = load_state(self.storage, self._listing())
-        self._cache = state
+                    actions = read_commit(self.storage, partial, v)
+                    if check is not None:
+                        check(v, actions)
+                    state.apply(v, actions)
         return state
 
     def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
@@ -231,7 +345,7 @@ class DeltaTable:
 
     def _timeline(self, listing: Listing) -> Timeline:
         protocol, metadata = load_protocol_metadata(self.storage, listing)
-        return Timeline(self.storage, self.committer, listing, ict_enablement(protocol, metadata))
+        return Timeline(self.storage, listing, ict_enablement(protocol, metadata), lambda: self._listing(stat=True))
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         return self._timeline(self._listing()).history(limit)
@@ -241,7 +355,7 @@ class DeltaTable:
         state = self._latest()
         e = ict_enablement(state.protocol, state.metadata)
         in_ict_range = e is not None and (e.timestamp is None or timestamp_ms >= e.timestamp)
-        if in_ict_range and isinstance(self.committer, FilesystemCommitter):
+        if in_ict_range and isinstance(self.committer_for(state.protocol, state.metadata), FilesystemCommitter):
             assert e is not None
             found = self._ict_version_at(e.version, state.version, timestamp_ms)
             if found is not None:
@@ -341,6 +455,58 @@ class DeltaTable:
         tx.set_properties({ENABLE_ICT: "true"})
         return tx.commit()
 
+    # managed commits
+
+    def owner(self) -> Binding | None:
+        """The commit owner the table names, None for a filesystem table."""
+        s = self._latest()
+        return Binding.of(s.protocol, s.metadata)
+
+    def convert_to_managed(self, owner: Binding | str) -> CommitResult:
+        """Hand the table to a commit owner (turning on in-commit timestamps if they are off).
+
+        The owner ratifies the ownership commit and writes it put-if-absent; if a
+        filesystem writer takes that version first the transaction rebases and retries.
+        """
+        binding = Binding.parse(owner) if isinstance(owner, str) else owner
+        tx = self.transaction("SET TBLPROPERTIES")
+        current = Binding.of(tx.base.protocol, tx.base.metadata)
+        if current is not None:
+            raise InvalidArgument(f"the table is already managed by commit owner {current.describe()}")
+        props = binding.properties()
+        if not ict_enabled(tx.base.protocol, tx.base.metadata):
+            tx.protocol_features.append(ICT)
+            props[ENABLE_ICT] = "true"
+        tx.protocol_features.append(MANAGED_COMMITS)
+        tx.operation_parameters = {"properties": props}
+        tx.set_properties(props)
+        return tx.commit()
+
+    def convert_to_filesystem(self) -> CommitResult:
+        """Take the table back from its owner: it backfills everything, then the owner-removing commit."""
+        tx = self.transaction("SET TBLPROPERTIES")
+        if Binding.of(tx.base.protocol, tx.base.metadata) is None:
+            raise InvalidArgument("the table is not managed by a commit owner")
+        tx.removed_features.append(MANAGED_COMMITS)
+        tx.operation_parameters = {"properties": {}, "removed": [OWNER_NAME, OWNER_CONF]}
+        tx.set_properties({OWNER_NAME: None, OWNER_CONF: None})
+        return tx.commit()
+
+    def backfill(self, version: int | None = None) -> int:
+        """Have the owner copy ratified commits (all, or through `version`) to `_delta_log/<v>.json`."""
+        state = self._latest()
+        committer = self.committer_for(state.protocol, state.metadata)
+        if not isinstance(committer, ManagedCommitter):
+            return max(list_log(self.storage).commits)  # a filesystem table is always fully backfilled
+        return committer.backfill(version)
+
+    def owner_status(self) -> TableStatus | None:
+        state = self._latest()
+        committer = self.committer_for(state.protocol, state.metadata)
+        if not isinstance(committer, ManagedCommitter):
+            return None
+        return committer.owner.status(committer.table.table_id)
+
     # maintenance (see maintenance.py)
 
     def checkpoint(self, version: int | None = None) -> int:
@@ -366,6 +532,8 @@ class DeltaTable:
             "files": len(s.state.files),
             "rows": s.num_records(),
             "in_commit_timestamp": s.in_commit_timestamp,
+            "backfilled_version": max(list_log(self.storage).commits),
+            "commit_owner": None if (b := Binding.of(s.protocol, s.metadata)) is None else b.config,
         }
 
 

@@ -18,8 +18,7 @@ from typing import Any, NoReturn
 
 from ..errors import Corruption, NotFound, Unavailable
 from .actions import CommitInfo, to_json
-from .committer import Committer
-from .log import Listing, list_log, read_commit
+from .log import Listing, read_commit
 from .replay import IctEnablement
 from .storage import Storage
 
@@ -41,10 +40,15 @@ class HistoryEntry:
 
 class Timeline:
     def __init__(
-        self, storage: Storage, committer: Committer, listing: Listing, enablement: IctEnablement | None
+        self,
+        storage: Storage,
+        listing: Listing,
+        enablement: IctEnablement | None,
+        relist: Callable[[], Listing] | None = None,
     ) -> None:
         self.storage = storage
-        self.committer = committer
+        #: the same listing with file times (a listing without them is cheaper; times are rarely needed)
+        self.relist = relist
         self.listing = listing
         self.enablement = enablement
         self._file_times: dict[int, int] | None = None
@@ -70,18 +74,20 @@ class Timeline:
     def file_time(self, version: int) -> int:
         if self._file_times is None:
             listing = self.listing
-            if any(info.modified_ms is None for info in listing.commits.values()):
-                listing = list_log(self.storage, self.committer, stat=True)  # only now are file times needed
+            if self.relist is not None and any(info.modified_ms is None for info in listing.commits.values()):
+                listing = self.relist()  # only now are file times needed
             times: dict[int, int] = {}
             last = None
             for v in sorted(listing.commits):
                 t = listing.commits[v].modified_ms
                 if t is None:
-                    raise Unavailable(f"{self.storage.location} reports no modification time for commit {v}")
+                    continue  # a commit only the owner knows of: an ICT commit, its file time is never asked for
                 if last is not None and t <= last:
                     t = last + 1
                 times[v] = last = t
             self._file_times = times
+        if version not in self._file_times:
+            raise Unavailable(f"{self.storage.location} reports no modification time for commit {version}")
         return self._file_times[version]
 
     def commit_time(self, version: int) -> int:

@@ -22,10 +22,14 @@ from ..errors import Conflict, InvalidArgument
 from .actions import (
     APPEND_ONLY,
     APPEND_ONLY_PROP,
+    CHECKPOINT_PROTECTION,
     ENABLE_ICT,
     ICT,
     ICT_ENABLEMENT_TIMESTAMP,
     ICT_ENABLEMENT_VERSION,
+    MANAGED_COMMITS,
+    OWNER_NAME,
+    REQUIRE_CHECKPOINT_PROTECTION,
     Action,
     Add,
     CommitInfo,
@@ -33,10 +37,9 @@ from .actions import (
     Protocol,
     Remove,
     Txn,
-    encode_commit,
 )
 from .committer import CommitConflict, commit_path
-from .log import list_log, read_commit
+from .log import read_commit
 from .replay import TableState, check_writable, ict_enabled, next_ict
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ class Transaction:
         self.txn: Txn | None = None
         self.config_updates: dict[str, str | None] = {}
         self.protocol_features: list[str] = []
+        self.removed_features: list[str] = []
         self.new_protocol: Protocol | None = None
         self.new_metadata: Metadata | None = None
         #: set when the outcome depends on the whole table (overwrite): any concurrent append conflicts
@@ -102,6 +106,8 @@ class Transaction:
         assert p is not None
         for feature in self.protocol_features:
             p = p.with_writer_feature(feature)
+        for feature in self.removed_features:
+            p = p.without_writer_feature(feature)
         return p
 
     def _metadata(self, base: TableState) -> Metadata:
@@ -169,18 +175,22 @@ class Transaction:
         for attempt in range(1, table.max_commit_attempts + 1):
             actions, ict = self.plan(base, table.clock.now_ms())
             version = base.version + 1
-            response = table.committer.commit(table.storage, version, encode_commit(actions), actions)
+            response = table._commit(base, version, actions)
             if not isinstance(response, CommitConflict):
                 base.apply(version, actions)
                 table._cache = base  # the next transaction starts from here without re-reading the log
                 return CommitResult(response.version, ict, attempt)
             if not response.retryable:
                 raise Conflict(f"commit of version {version} refused: {response.reason}")
-            listing = list_log(table.storage, table.committer)
-            for v in range(version, listing.latest + 1):
-                winner = read_commit(table.storage, listing, v)
-                self._check_winner(v, winner)
-                base.apply(v, winner)
+            caught_up = table._catch_up(base, self._check_winner)  # reads only the winners
+            if caught_up is not None:
+                base = caught_up
+            else:  # the log changed under us in a way only a full listing untangles
+                listing = table._listing()
+                for v in range(version, listing.latest + 1):
+                    winner = read_commit(table.storage, listing, v)
+                    self._check_winner(v, winner)
+                    base.apply(v, winner)
             # spread out writers that keep colliding; bounded, and not a clock read for timestamps
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise Conflict(f"gave up after {table.max_commit_attempts} attempts: the table is too contended")
@@ -193,6 +203,10 @@ def protocol_for_new_table(properties: Mapping[str, str]) -> Protocol:
         features.append(APPEND_ONLY)
     if _is_true(properties, ENABLE_ICT):
         features.append(ICT)
+    if OWNER_NAME in properties:
+        features.append(MANAGED_COMMITS)
+    if REQUIRE_CHECKPOINT_PROTECTION in properties:
+        features.append(CHECKPOINT_PROTECTION)
     if not features:
         return Protocol(1, 2)
     return Protocol(1, 7, None, tuple(features))

@@ -102,15 +102,18 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
     ]
 
 
+def open_channel(target: str, tls: Tls | None = None) -> grpc.Channel:
+    if tls is None:
+        return grpc.insecure_channel(target, options=channel_options())
+    creds = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
+    return grpc.secure_channel(target, creds, options=channel_options())
+
+
 class FeedClient:
     def __init__(self, target: str, *, tls: Tls | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.target = target
         self.timeout = timeout
-        if tls is None:
-            self.channel = grpc.insecure_channel(target, options=channel_options())
-        else:
-            creds = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
-            self.channel = grpc.secure_channel(target, creds, options=channel_options())
+        self.channel = open_channel(target, tls)
         self.stub = pb_grpc.FeedsStub(self.channel)
 
     def close(self) -> None:

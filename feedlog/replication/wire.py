@@ -27,6 +27,7 @@ STATUS_OF: tuple[tuple[type[errors.FeedlogError], grpc.StatusCode], ...] = (
     (errors.Corruption, grpc.StatusCode.DATA_LOSS),
     (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.ReadOnly, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
     (errors.Unsupported, grpc.StatusCode.UNIMPLEMENTED),
 )
@@ -39,7 +40,7 @@ ERROR_OF: dict[grpc.StatusCode, type[errors.FeedlogError]] = {
     grpc.StatusCode.NOT_FOUND: errors.NotFound,
     grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
     grpc.StatusCode.UNAUTHENTICATED: errors.SignatureError,
-    grpc.StatusCode.PERMISSION_DENIED: errors.ReadOnly,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
     grpc.StatusCode.DATA_LOSS: errors.Corruption,
     grpc.StatusCode.FAILED_PRECONDITION: errors.Conflict,
     grpc.StatusCode.ABORTED: errors.Conflict,

@@ -153,7 +153,7 @@ def test_random_histories_replay_like_a_simple_model(ops):
                 t.checkpoint()
             else:
                 t.cleanup(retain_ms=arg * DAY_MS)
-        listing = list_log(t.storage, t.committer)
+        listing = list_log(t.storage)
         assert listing.latest == max(states)
         for v in range(listing.earliest, listing.latest + 1):
             assert sorted(t.to_arrow(v).column("seq").to_pylist()) == states[v]

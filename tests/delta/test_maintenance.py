@@ -42,7 +42,7 @@ def test_checkpoint_replays_to_the_same_state_and_points_last_checkpoint_at_it(n
     assert last["version"] == 3 and last["checksum"] == checksum(last)
     assert last["numOfAddFiles"] == 1 and last["size"] == 2 + 1 + 1 + 2  # protocol, metaData, txn, add, removes
 
-    listing = list_log(t.storage, t.committer)
+    listing = list_log(t.storage)
     from_checkpoint = load_state(t.storage, listing)
     from_commits = load_state(t.storage, type(listing)(listing.commits, {}))
     for field in ("version", "protocol", "metadata", "txns", "files", "commit_info"):
@@ -62,7 +62,7 @@ def test_checkpoint_drops_expired_tombstones(new_table, clock):
     t.append(rows(1, 1), mode="overwrite")
     clock.advance(3_600_001)
     t.checkpoint()
-    listing = list_log(t.storage, t.committer)
+    listing = list_log(t.storage)
     assert load_state(t.storage, type(listing)({2: listing.commits[2]}, listing.checkpoints)).tombstones == {}
 
 
@@ -79,7 +79,7 @@ def test_cleanup_keeps_the_cutoff_checkpoint_its_commit_and_everything_after(new
     deleted = t.cleanup(retain_ms=4 * DAY_MS)  # cutoff commit 5 -> cutoff checkpoint 3
     names = [p.rsplit("/", 1)[-1] for p in deleted]
     assert names == [f"{v:020d}.json" for v in range(3)]
-    listing = list_log(t.storage, t.committer)
+    listing = list_log(t.storage)
     assert listing.earliest == 3 and 3 in listing.commits and 3 in listing.checkpoints
     assert sorted_rows(t.to_arrow(3), "seq") == [(1,), (2,), (3,)]
     with pytest.raises(NotFound, match="older than the retained log"):
@@ -90,11 +90,11 @@ def test_cleanup_keeps_the_cutoff_checkpoint_its_commit_and_everything_after(new
     assert t.history()[-1].version == 3
 
     deleted = t.cleanup(retain_ms=0)  # cutoff commit 9 -> cutoff checkpoint 6
-    assert [p.rsplit("/", 1)[-1] for p in deleted] == [
+    assert [p.rsplit("/", 1)[-1] for p in deleted] == [  # every commit before any checkpoint
         "00000000000000000003.json",
-        "00000000000000000003.checkpoint.parquet",
         "00000000000000000004.json",
         "00000000000000000005.json",
+        "00000000000000000003.checkpoint.parquet",
     ]
     assert t.snapshot().num_records() == 9 and t.version() == 9
     assert sorted_rows(t.to_arrow(6), "seq") == [(i,) for i in range(1, 7)]

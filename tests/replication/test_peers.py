@@ -18,13 +18,15 @@ from feedlog.log import entries, merkle
 from feedlog.log.crypto import Signer, discovery_key
 from feedlog.log.feed import Feed, Write
 from feedlog.log.merkle import verify_proof
+from feedlog.pb import feeds_pb2
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication import wire
 from feedlog.replication.client import Address, FeedClient, Tls
 from feedlog.replication.sync import clone, pull, push
 from feedlog_server.app import PeerServer, ServerTls
 from feedlog_server.host import FeedHost
-from feedlog_server.service import FeedsService, rpc_handler
+from feedlog_server.rpc import rpc_handler
+from feedlog_server.service import FeedsService
 
 from .certs import make_pki
 from .conftest import KP, OTHER, local_feed, same_state
@@ -135,7 +137,7 @@ def test_a_peer_serving_a_tampered_block_is_rejected_and_named(
 
     host = FeedHost(tmp_path / "evil")
     server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(8))
-    server.add_generic_rpc_handlers((rpc_handler(Tampering(host)),))
+    server.add_generic_rpc_handlers((rpc_handler(Tampering(host), feeds_pb2, "Feeds"),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:

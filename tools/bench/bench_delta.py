@@ -129,10 +129,9 @@ def version_at(path: Path, times: list[int], probes: int) -> None:
 
 def snapshot_load(path: Path) -> None:
     storage = LocalStorage(path)
-    committer = DeltaTable(storage).committer
-    full = list_log(storage, committer)
+    full = list_log(storage)
     bare = Listing(full.commits, {})
-    with_cp = statistics.median(timed(lambda: load_state(storage, list_log(storage, committer))) for _ in range(5))
+    with_cp = statistics.median(timed(lambda: load_state(storage, list_log(storage))) for _ in range(5))
     without = timed(lambda: load_state(storage, bare))
     ref = statistics.median(timed(lambda: deltalake.DeltaTable(str(path))) for _ in range(5))
     n = full.latest

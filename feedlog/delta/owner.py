@@ -1,0 +1,512 @@
+"""The commit owner itself: ratification state in SQLite, backfill to the table's `_delta_log`.
+
+`LocalOwner` is the in-process owner and also the engine of the gRPC service
+(`feedlog owner serve`), so both behave identically by construction. Several
+processes may open one database file: every decision is one SQLite write
+transaction (WAL mode, synchronous=FULL), never a Python lock.
+
+State per table (keyed by the metaData id; the path it was registered at must
+match on every call): `latest` ratified version and its ICT, `backfilled`
+version, the un-backfilled commits (version -> staged file name), a token
+hash and optionally a client-certificate principal that may commit, and a
+lifecycle state:
+
+    proposed --(its commit lands put-if-absent)--> active --release--> releasing --backfilled--> released
+        \\--(a filesystem writer took that version)--> forgotten
+
+A proposal is settled by looking at the filesystem, by whoever touches the
+table next, so once the ownership commit is in `_delta_log` the owner cannot
+refuse the table (the RFC's two-phase conversion).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .. import faults
+from ..errors import (
+    AlreadyExists,
+    Corruption,
+    FeedlogError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from .actions import MANAGED_COMMITS, OWNER_NAME
+from .committer import CommitConflict, CommitResponse, Committed, commit_path
+from .managed import (
+    COMMITS_DIR,
+    FEEDLOG_OWNER,
+    Auth,
+    Binding,
+    Commits,
+    RatifiedCommit,
+    TableRef,
+    TableStatus,
+    check_staged_name,
+    staged_actions,
+    staged_version,
+)
+from .storage import LocalStorage
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tables (
+    id TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    state TEXT NOT NULL,
+    token_hash TEXT NOT NULL,
+    principal TEXT,
+    latest INTEGER NOT NULL,
+    latest_ict INTEGER NOT NULL,
+    backfilled INTEGER NOT NULL,
+    batch_size INTEGER NOT NULL,
+    proposal_version INTEGER,
+    proposal_file TEXT,
+    proposal_ict INTEGER,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS commits (
+    table_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    file TEXT NOT NULL,
+    ict INTEGER NOT NULL,
+    ratified_ms INTEGER NOT NULL,
+    PRIMARY KEY (table_id, version)
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: str
+    path: str
+    state: str
+    token_hash: str
+    principal: str | None
+    latest: int
+    latest_ict: int
+    backfilled: int
+    batch_size: int
+    proposal_version: int | None
+    proposal_file: str | None
+    proposal_ict: int | None
+
+
+_COLUMNS = ", ".join(_Row.__dataclass_fields__)
+
+
+_LIMIT = 2**62  # versions and timestamps beyond this are nonsense (and beyond SQLite's integers)
+
+
+def _check_numbers(version: int, ict: int) -> None:
+    if not 0 <= version < _LIMIT:
+        raise InvalidArgument(f"version {version} is out of range")
+    if not 0 <= ict < _LIMIT:
+        raise InvalidArgument(f"inCommitTimestamp {ict} is out of range")
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LocalOwner:
+    """A commit owner on a SQLite file; `roots` (if given) confine the tables it will own."""
+
+    def __init__(self, db: str | os.PathLike[str], roots: Sequence[str | os.PathLike[str]] | None = None) -> None:
+        self.db = os.path.abspath(os.fspath(db))
+        self.roots = None if roots is None else [os.path.realpath(os.fspath(r)) for r in roots]
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        # Writers in this process queue here rather than in SQLite's busy handler, whose sleeps
+        # (up to 100 ms) would dominate latency; other processes are still kept out by SQLite.
+        self._write_lock = threading.Lock()
+        try:
+            self._db().executescript(_SCHEMA)
+        except sqlite3.Error as e:
+            raise Unavailable(f"cannot set up the commit owner's database {self.db}: {e}") from None
+
+    # ---- SQLite --------------------------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                os.makedirs(os.path.dirname(self.db), exist_ok=True)
+                conn = sqlite3.connect(self.db, timeout=30, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+            except (sqlite3.Error, OSError) as e:
+                raise Unavailable(f"cannot open the commit owner's database {self.db}: {e}") from None
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._db()
+        with self._write_lock:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise Unavailable(f"commit owner database {self.db}: {e}") from None
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                conn.execute("ROLLBACK")
+                raise Unavailable(f"commit owner database {self.db}: {e}") from None
+
+    def _read(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return self._db().execute(sql, args).fetchall()
+        except sqlite3.Error as e:
+            raise Unavailable(f"commit owner database {self.db}: {e}") from None
+
+    def _row(self, table_id: str, conn: sqlite3.Connection | None = None) -> _Row | None:
+        sql, args = f"SELECT {_COLUMNS} FROM tables WHERE id = ?", (table_id,)
+        rows = conn.execute(sql, args).fetchall() if conn else self._read(sql, args)
+        return _Row(*rows[0]) if rows else None
+
+    def close(self) -> None:
+        with self._conns_lock:
+            for c in self._conns:
+                c.close()
+            self._conns.clear()
+        self._local = threading.local()
+
+    # ---- where tables may live -----------------------------------------------------------------
+
+    def _confine(self, path: str) -> str:
+        if not path or not os.path.isabs(path):
+            raise InvalidArgument(f"table path must be absolute, got {path!r}")
+        real = os.path.realpath(path)
+        if self.roots is not None and not any(os.path.commonpath([real, r]) == r for r in self.roots):
+            raise PermissionDenied(f"{path} is outside the directories this commit owner serves")
+        return real
+
+    def _storage(self, path: str) -> LocalStorage:
+        real = self._confine(path)
+        self._confine(os.path.join(real, COMMITS_DIR))  # a symlinked _delta_log may not lead out either
+        return LocalStorage(real)
+
+    def _table(self, ref: TableRef) -> _Row:
+        """The registered table `ref` names, its proposal settled; NotFound if it names none."""
+        if not ref.table_id:
+            raise InvalidArgument("table id is empty")
+        path = self._confine(ref.path)
+        row = self._row(ref.table_id)
+        if row is not None and row.state == "proposed":
+            row = self._settle(row)
+        if row is None:
+            raise NotFound(f"table {ref.table_id} is not managed by this commit owner")
+        if row.path != path:
+            raise NotFound(f"table {ref.table_id} is registered at {row.path}, not at {path}")
+        return row
+
+    @staticmethod
+    def _authorize(row: _Row, auth: Auth) -> None:
+        if row.principal is not None and auth.principal == row.principal:
+            return
+        if auth.token and hmac.compare_digest(_hash(auth.token), row.token_hash):
+            return
+        raise PermissionDenied(f"table {row.id}: wrong or missing token (set FEEDLOG_OWNER_TOKEN or --token)")
+
+    def _staged(
+        self, storage: LocalStorage, version: int, name: str, ict: int, table_id: str, install: bool = False
+    ) -> Binding | None:
+        """Check a staged commit: its name, its ICT, and the owner it leaves the table with (None: none)."""
+        check_staged_name(name, version)
+        try:
+            data = storage.read(f"{COMMITS_DIR}/{name}")
+        except NotFound:
+            raise InvalidArgument(f"staged commit {COMMITS_DIR}/{name} does not exist: stage it first") from None
+        info, protocol, metadata = staged_actions(data)
+        if info is None or info.in_commit_timestamp != ict:
+            raise InvalidArgument(
+                f"staged commit {name} must start with commitInfo whose inCommitTimestamp is {ict} "
+                f"(found {None if info is None else info.in_commit_timestamp})"
+            )
+        if metadata is not None and metadata.id != table_id:
+            raise InvalidArgument(f"staged commit {name} changes the table id to {metadata.id}")
+        if install and (protocol is None or metadata is None):
+            raise InvalidArgument(f"staged commit {name} must carry the protocol and metaData that install the owner")
+        if protocol is None and metadata is None:
+            return Binding(FEEDLOG_OWNER)  # no change to ownership
+        if protocol is None or metadata is None:
+            # only one half of the ownership pair changes: it must still agree with the other half
+            has_feature = protocol is None or protocol.supports_writer_feature(MANAGED_COMMITS)
+            named = OWNER_NAME in metadata.configuration if metadata is not None else True
+            if has_feature and named:
+                return Binding(FEEDLOG_OWNER) if metadata is None else Binding(metadata.configuration[OWNER_NAME])
+            raise InvalidArgument(
+                f"staged commit {name} would leave the table half-managed: the {MANAGED_COMMITS} feature "
+                f"and {OWNER_NAME} are added or removed together"
+            )
+        try:
+            return Binding.of(protocol, metadata)
+        except Corruption as e:
+            raise InvalidArgument(f"staged commit {name}: {e}") from None
+
+    # ---- the owner API -------------------------------------------------------------------------
+
+    def register(
+        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, batch_size: int
+    ) -> CommitResponse:
+        _check_numbers(version, ict)
+        if batch_size < 1:
+            raise InvalidArgument(f"backfill batch size must be >= 1, got {batch_size}")
+        if not auth.token and not auth.principal:
+            raise InvalidArgument("registering a table needs the token (or certificate) that will guard it")
+        if not table.table_id:
+            raise InvalidArgument("table id is empty")
+        path = self._confine(table.path)
+        storage = self._storage(path)
+        binding = self._staged(storage, version, staged, ict, table.table_id, install=True)
+        if binding is None or binding.name != FEEDLOG_OWNER:
+            raise InvalidArgument(f"staged commit {staged} does not install {FEEDLOG_OWNER!r} as the commit owner")
+        existing = self._row(table.table_id)
+        if existing is not None and existing.state == "proposed":
+            existing = self._settle(existing)
+        with self._write() as db:
+            row = self._row(table.table_id, db)
+            if row is not None and row.state != "released":
+                if row.proposal_version == version and row.proposal_file == staged:
+                    return Committed(version)  # a repeated request whose first answer was lost
+                raise AlreadyExists(f"table {table.table_id} is already managed by this commit owner")
+            other = db.execute(
+                "SELECT id FROM tables WHERE path = ? AND state != 'released' AND id != ?", (path, table.table_id)
+            ).fetchone()
+            if other:
+                raise AlreadyExists(f"another table ({other[0]}) at {path} is managed by this commit owner")
+            db.execute("DELETE FROM commits WHERE table_id = ?", (table.table_id,))
+            db.execute(
+                f"INSERT OR REPLACE INTO tables ({_COLUMNS}, updated_ms) VALUES ({', '.join('?' * 13)})",
+                (
+                    table.table_id,
+                    path,
+                    "proposed",
+                    _hash(auth.token) if auth.token else "",
+                    auth.principal,
+                    version - 1,
+                    -1,
+                    version - 1,
+                    batch_size,
+                    version,
+                    staged,
+                    ict,
+                    _now_ms(),
+                ),
+            )
+        faults.point("owner.proposed")
+        settled = self._settle(self._row(table.table_id))  # type: ignore[arg-type]
+        if settled is not None and settled.state == "active":
+            return Committed(version)
+        return CommitConflict(version, True, f"version {version} was committed by a filesystem writer first")
+
+    def _settle(self, row: _Row) -> _Row | None:
+        """Decide a proposal by the filesystem: its commit landed (active) or another did (forgotten)."""
+        assert row.proposal_version is not None and row.proposal_file is not None
+        storage = self._storage(row.path)
+        target = commit_path(row.proposal_version)
+        try:
+            mine: bytes | None = storage.read(f"{COMMITS_DIR}/{row.proposal_file}")
+        except NotFound:
+            mine = None
+        if mine is not None and storage.put_if_absent(target, mine):
+            won = True
+        else:
+            try:
+                won = mine is not None and storage.read(target) == mine
+            except NotFound:
+                won = False  # neither the staged file nor the commit: nothing to install
+        with self._write() as db:
+            current = self._row(row.id, db)
+            if current is None or current.state != "proposed" or current.proposal_file != row.proposal_file:
+                return current  # someone settled it meanwhile
+            if won:
+                db.execute(
+                    "UPDATE tables SET state = 'active', latest = ?, latest_ict = ?, backfilled = ?, updated_ms = ? "
+                    "WHERE id = ?",
+                    (row.proposal_version, row.proposal_ict, row.proposal_version, _now_ms(), row.id),
+                )
+            else:
+                db.execute("DELETE FROM tables WHERE id = ?", (row.id,))
+            settled = self._row(row.id, db)
+        if won:
+            self._clean_staged(storage, row.proposal_version)
+        return settled
+
+    def commit(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
+        return self._ratify(table, version, staged, ict, auth, release=False)
+
+    def release(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
+        return self._ratify(table, version, staged, ict, auth, release=True)
+
+    def _ratify(
+        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, *, release: bool
+    ) -> CommitResponse:
+        _check_numbers(version, ict)
+        row = self._table(table)
+        self._authorize(row, auth)
+        storage = self._storage(row.path)
+        with self._write() as db:
+            row = self._row(row.id, db)  # type: ignore[assignment]
+            if row.state == "released":
+                return CommitConflict(
+                    version,
+                    version <= row.latest,
+                    f"the table was converted to a filesystem table at version {row.latest}: re-read it",
+                )
+            if version <= row.latest:
+                mine = db.execute(
+                    "SELECT file FROM commits WHERE table_id = ? AND version = ?", (row.id, version)
+                ).fetchone()
+                if mine and mine[0] == staged:
+                    return Committed(version)  # a repeated request whose first answer was lost
+                winners = db.execute(
+                    "SELECT version, file FROM commits WHERE table_id = ? AND version >= ? ORDER BY version",
+                    (row.id, version),
+                ).fetchall()
+                reason = f"version {version} is taken (latest is {row.latest})"
+                return CommitConflict(version, True, reason, tuple((int(v), str(f)) for v, f in winners))
+            if row.state == "releasing":
+                return CommitConflict(version, False, "the table is being converted to a filesystem table")
+            if version > row.latest + 1:
+                return CommitConflict(
+                    version, False, f"version {version} would leave a gap: the latest ratified version is {row.latest}"
+                )
+            binding = self._staged(storage, version, staged, ict, row.id)
+            if release and binding is not None:
+                raise InvalidArgument(f"staged commit {staged} does not remove the commit owner from the table")
+            if not release and binding is None:
+                raise InvalidArgument(
+                    f"staged commit {staged} removes the commit owner: convert the table to filesystem instead"
+                )
+            if not release and binding is not None and binding.name != FEEDLOG_OWNER:
+                raise InvalidArgument(f"staged commit {staged} hands the table to another owner ({binding.name})")
+            if ict <= row.latest_ict:
+                raise InvalidArgument(
+                    f"inCommitTimestamp {ict} of version {version} is not after version {row.latest}'s {row.latest_ict}"
+                )
+            db.execute(
+                "INSERT INTO commits (table_id, version, file, ict, ratified_ms) VALUES (?, ?, ?, ?, ?)",
+                (row.id, version, staged, ict, _now_ms()),
+            )
+            db.execute(
+                "UPDATE tables SET latest = ?, latest_ict = ?, state = ?, updated_ms = ? WHERE id = ?",
+                (version, ict, "releasing" if release else row.state, _now_ms(), row.id),
+            )
+        faults.point("owner.ratified")
+        if release or version - row.backfilled >= row.batch_size:
+            try:
+                self._backfill(row.id, version)
+            except FeedlogError:
+                if release:
+                    raise  # the caller must learn that the table is not yet usable
+                # the commit is ratified all the same; the next backfill copies it
+        return Committed(version)
+
+    def get_commits(self, table: TableRef, start_version: int) -> Commits:
+        row = self._table(table)
+        rows = self._read(
+            "SELECT version, file, ict FROM commits WHERE table_id = ? AND version >= ? ORDER BY version",
+            (row.id, min(max(start_version, 0), _LIMIT)),
+        )
+        latest = self._read("SELECT latest FROM tables WHERE id = ?", (row.id,))
+        return Commits([RatifiedCommit(*r) for r in rows], int(latest[0][0]) if latest else row.latest)
+
+    def backfill(self, table: TableRef, version: int, auth: Auth) -> int:
+        row = self._table(table)
+        self._authorize(row, auth)
+        return self._backfill(row.id, row.latest if version < 0 else min(version, row.latest))
+
+    def _backfill(self, table_id: str, upto: int) -> int:
+        """Copy ratified commits <= upto to `_delta_log/<v>.json`, strictly in version order, then forget them."""
+        row = self._row(table_id)
+        if row is None:
+            raise NotFound(f"table {table_id} is not managed by this commit owner")
+        storage = self._storage(row.path)
+        pending = self._read(
+            "SELECT version, file FROM commits WHERE table_id = ? AND version > ? AND version <= ? ORDER BY version",
+            (table_id, row.backfilled, upto),
+        )
+        done = row.backfilled
+        for version, name in pending:
+            if version != done + 1:
+                raise Corruption(f"table {table_id}: ratified commits jump from {done} to {version}")
+            target = commit_path(version)
+            try:
+                data = storage.read(f"{COMMITS_DIR}/{name}")
+            except NotFound:
+                try:
+                    storage.stat(target)  # a concurrent backfill copied it and cleaned up: fine
+                except NotFound:
+                    raise Corruption(
+                        f"ratified commit {version} of {row.path} ({COMMITS_DIR}/{name}) has disappeared"
+                    ) from None
+            else:
+                if not storage.put_if_absent(target, data) and storage.read(target) != data:
+                    raise Corruption(f"{row.path}/{target} exists but is not the ratified commit {version}")
+            done = version
+            faults.point("owner.backfilled_one")
+        if done > row.backfilled or row.state == "releasing":
+            with self._write() as db:
+                db.execute("DELETE FROM commits WHERE table_id = ? AND version <= ?", (table_id, done))
+                db.execute(
+                    "UPDATE tables SET backfilled = MAX(backfilled, ?), updated_ms = ?, "
+                    "state = CASE WHEN state = 'releasing' AND latest <= ? THEN 'released' ELSE state END "
+                    "WHERE id = ?",
+                    (done, _now_ms(), done, table_id),
+                )
+            self._clean_staged(storage, done)
+        return done
+
+    @staticmethod
+    def _clean_staged(storage: LocalStorage, through: int) -> None:
+        """Staged files of backfilled versions are copies or losers; neither is needed again."""
+        for info in storage.list(COMMITS_DIR, stat=False):
+            v = staged_version(info.path.rsplit("/", 1)[-1])
+            if v is not None and v <= through:
+                storage.delete(info.path)
+
+    def backfill_all(self) -> dict[str, int]:
+        """Settle proposals and backfill every table with un-backfilled commits (an owner's restart)."""
+        out = {}
+        for (table_id,) in self._read("SELECT id FROM tables WHERE state = 'proposed'", ()):
+            row = self._row(str(table_id))
+            if row is not None and row.state == "proposed":
+                self._settle(row)
+        for table_id, latest in self._read(
+            "SELECT id, latest FROM tables WHERE backfilled < latest OR state = 'releasing'", ()
+        ):
+            out[str(table_id)] = self._backfill(str(table_id), int(latest))
+        return out
+
+    def status(self, table_id: str) -> TableStatus:
+        row = self._row(table_id)
+        if row is not None and row.state == "proposed":
+            row = self._settle(row)
+        if row is None:
+            raise NotFound(f"table {table_id} is not managed by this commit owner")
+        tracked = self._read("SELECT COUNT(*) FROM commits WHERE table_id = ?", (table_id,))[0][0]
+        return TableStatus(row.id, row.path, row.state, row.latest, row.backfilled, row.batch_size, int(tracked))

@@ -1,0 +1,97 @@
+"""`GrpcOwner`: the `CommitOwner` interface over the `feedlog.owner.CommitOwner` gRPC service.
+
+Status codes become the library's typed errors (`replication.wire`, one
+mapping for every service); a call the owner did not answer (UNAVAILABLE,
+DEADLINE_EXCEEDED) is `Unavailable`, which `ManagedCommitter` resolves by
+asking again with the same staged file.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from ..errors import InvalidArgument
+from ..pb import owner_pb2 as pb
+from ..pb import owner_pb2_grpc as pb_grpc
+from ..replication.client import Address, Tls, open_channel
+from ..replication.wire import error_of
+from .committer import CommitConflict, CommitResponse, Committed
+from .managed import Auth, Commits, RatifiedCommit, TableRef, TableStatus
+
+T = TypeVar("T")
+
+_SHARED: dict[tuple[str, Any], GrpcOwner] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _ref(t: TableRef) -> pb.TableRef:
+    return pb.TableRef(table_id=t.table_id, path=t.path)
+
+
+def _staged(t: TableRef, version: int, staged: str, ict: int) -> pb.StagedCommit:
+    if version < 0 or ict < 0:
+        raise InvalidArgument(f"version and inCommitTimestamp must be >= 0, got {version} and {ict}")
+    return pb.StagedCommit(table=_ref(t), version=version, file=staged, in_commit_timestamp=ict)
+
+
+def _outcome(o: pb.CommitOutcome) -> CommitResponse:
+    if o.committed:
+        return Committed(o.version)
+    return CommitConflict(o.version, o.retryable, o.reason, tuple((w.version, w.file) for w in o.winners))
+
+
+class GrpcOwner:
+    def __init__(self, endpoint: str, tls: Tls | None = None, timeout: float = 30.0) -> None:
+        self.address = Address.parse(endpoint)
+        self.timeout = timeout
+        self.channel = open_channel(self.address.target, tls)
+        self.stub = pb_grpc.CommitOwnerStub(self.channel)
+
+    @classmethod
+    def shared(cls, endpoint: str, tls: Any = None) -> GrpcOwner:
+        """One channel per endpoint in a process (channels multiplex; opening one costs a handshake)."""
+        with _SHARED_LOCK:
+            owner = _SHARED.get((endpoint, tls))
+            if owner is None:
+                owner = _SHARED[(endpoint, tls)] = cls(endpoint, tls)
+            return owner
+
+    def _call(self, method: Callable[..., T], request: Any, auth: Auth | None = None) -> T:
+        md = (("authorization", f"Bearer {auth.token}"),) if auth is not None and auth.token else None
+        try:
+            return method(request, timeout=self.timeout, metadata=md)
+        except grpc.RpcError as e:
+            raise error_of(e, f"commit owner {self.address}") from None
+
+    def register(
+        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, batch_size: int
+    ) -> CommitResponse:
+        request = pb.RegisterRequest(commit=_staged(table, version, staged, ict), batch_size=batch_size)
+        return _outcome(self._call(self.stub.Register, request, auth))
+
+    def commit(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
+        return _outcome(self._call(self.stub.Commit, _staged(table, version, staged, ict), auth))
+
+    def release(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
+        return _outcome(self._call(self.stub.Release, _staged(table, version, staged, ict), auth))
+
+    def get_commits(self, table: TableRef, start_version: int) -> Commits:
+        r = self._call(
+            self.stub.GetCommits, pb.GetCommitsRequest(table=_ref(table), start_version=max(0, start_version))
+        )
+        return Commits([RatifiedCommit(c.version, c.file, c.in_commit_timestamp) for c in r.commits], r.latest)
+
+    def backfill(self, table: TableRef, version: int, auth: Auth) -> int:
+        r = self._call(self.stub.Backfill, pb.BackfillRequest(table=_ref(table), version=version), auth)
+        return int(r.backfilled)
+
+    def status(self, table_id: str) -> TableStatus:
+        r = self._call(self.stub.Status, pb.StatusRequest(table_id=table_id))
+        return TableStatus(r.table_id, r.path, r.state, r.latest, r.backfilled, r.batch_size, r.tracked)
+
+    def close(self) -> None:
+        self.channel.close()

@@ -1,0 +1,47 @@
+"""Named failure points for crash tests (in the spirit of SlateDB's fail points).
+
+A process started with `FEEDLOG_FAILPOINTS="name=exit@3,other=error"` dies
+(`exit`: `os._exit(86)`, no cleanup, like a kill -9) or raises Unavailable
+(`error`) the n-th time (default the first) it passes `point(name)`. Unset, a
+point costs one dict lookup. Tests use it to kill real writer and owner
+processes at exact steps of a commit or a backfill.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from .errors import InvalidArgument, Unavailable
+
+ENV = "FEEDLOG_FAILPOINTS"
+EXIT_CODE = 86
+
+
+def _parse(text: str) -> dict[str, tuple[str, int]]:
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, _, spec = item.partition("=")
+        action, _, nth = spec.partition("@")
+        if action not in ("exit", "error") or (nth and not nth.isdigit()):
+            raise InvalidArgument(f"bad {ENV} entry {item!r}: expected NAME=exit|error[@N]")
+        out[name] = (action, int(nth or 1))
+    return out
+
+
+_points = _parse(os.environ.get(ENV, ""))
+_hits: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def point(name: str) -> None:
+    if not _points or name not in _points:
+        return
+    action, nth = _points[name]
+    with _lock:
+        _hits[name] = _hits.get(name, 0) + 1
+        if _hits[name] != nth:
+            return
+    if action == "exit":
+        os._exit(EXIT_CODE)
+    raise Unavailable(f"fail point {name} (injected)")

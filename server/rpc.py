@@ -1,0 +1,161 @@
+"""What every feedlog gRPC service shares: request parsing, errors as status codes, the server itself."""
+
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+import grpc
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
+from feedlog.replication import wire
+
+from .events import event
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
+    md = getattr(err, "metadata", None)
+    if md:
+        context.set_trailing_metadata(md)
+    context.abort(wire.status_of(err), str(err))
+
+
+def unary(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return fn(self, request, context)
+        except FeedlogError as e:
+            abort(context, e)
+        except ValueError as e:  # protobuf rejecting a field value
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _parse(cls: Any, raw: bytes) -> Any:
+    try:
+        return cls.FromString(raw)
+    except DecodeError as e:
+        raise InvalidArgument(f"malformed {cls.DESCRIPTOR.full_name}: {e}") from None
+
+
+def _parsed(cls: Any, raws: Iterator[bytes]) -> Iterator[Any]:
+    for raw in raws:
+        yield _parse(cls, raw)
+
+
+def rpc_handler(service: Any, module: Any, name: str) -> grpc.GenericRpcHandler:
+    """The service's method handlers, parsing requests here rather than in gRPC.
+
+    gRPC answers a request its deserializer rejects with an opaque INTERNAL;
+    parsing in the handler turns malformed bytes into INVALID_ARGUMENT naming
+    the message type, like every other bad input.
+    """
+    desc = module.DESCRIPTOR.services_by_name[name]
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for m in desc.methods:
+        cls = getattr(module, m.input_type.name)
+        fn = getattr(service, m.name)
+        out = {"response_serializer": _serialize}
+        if m.client_streaming:
+
+            def stream_h(raws: Iterator[bytes], ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
+                return fn(_parsed(cls, raws), ctx)
+
+            handlers[m.name] = grpc.stream_stream_rpc_method_handler(stream_h, **out)
+        else:
+
+            def unary_h(raw: bytes, ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
+                try:
+                    request = _parse(cls, raw)
+                except InvalidArgument as e:
+                    ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                return fn(request, ctx)
+
+            make = grpc.unary_stream_rpc_method_handler if m.server_streaming else grpc.unary_unary_rpc_method_handler
+            handlers[m.name] = make(unary_h, **out)
+    return grpc.method_handlers_generic_handler(desc.full_name, handlers)
+
+
+def _serialize(m: Any) -> bytes:
+    return bytes(m.SerializeToString())
+
+
+class Credentials(Protocol):
+    def credentials(self) -> grpc.ServerCredentials: ...
+
+
+def start_server(
+    listen: str,
+    handlers: Sequence[grpc.GenericRpcHandler],
+    services: Sequence[str],
+    *,
+    tls: Credentials | None,
+    workers: int,
+    max_message_bytes: int,
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A started gRPC server with health checking and reflection; Unavailable if it cannot listen."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+        options=options,
+        maximum_concurrent_rpcs=workers,
+    )
+    server.add_generic_rpc_handlers(tuple(handlers))
+    checks = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+    reflection.enable_server_reflection(
+        (*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    try:
+        port = server.add_insecure_port(listen) if tls is None else server.add_secure_port(listen, tls.credentials())
+    except RuntimeError as e:
+        raise Unavailable(f"cannot listen on {listen}: {e}") from None
+    if not port:
+        raise Unavailable(f"cannot listen on {listen} (in use, or not an address of this machine)")
+    server.start()
+    for name in ("", *services):
+        checks.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, checks
+
+
+class Startable(Protocol):
+    def start(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
+def serve_forever(server: Startable) -> None:
+    """Run until SIGTERM or SIGINT, then shut down cleanly."""
+    done = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        event("signal", signal=signal.Signals(signum).name)
+        done.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.start()
+        while not done.wait(3600):
+            pass
+    finally:
+        server.stop()
+        for s, h in previous.items():
+            signal.signal(s, h)

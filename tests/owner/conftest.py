@@ -1,0 +1,60 @@
+"""Both commit owners behind one fixture, so one behaviour suite runs against each.
+
+`local`: the in-process owner (SQLite file) a table names by its database path.
+`grpc`: `OwnerServer` on 127.0.0.1 (a free port), the same engine behind gRPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from feedlog.delta import DeltaTable
+from feedlog.delta.managed import Binding, CommitOwner, resolve_owner
+from feedlog.delta.owner_client import GrpcOwner
+from feedlog_server.owner import OwnerServer
+
+SCHEMA = pa.schema([("id", pa.int64()), ("who", pa.string())])
+
+
+def batch(ids: range | list[int], who: str = "w") -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "who": [who] * len(ids)})
+
+
+@dataclass
+class Owner:
+    kind: str
+    root: Path
+    db: Path
+    endpoint: str | None
+    api: CommitOwner
+
+    def binding(self, batch_size: int | None = None) -> Binding:
+        if self.endpoint is not None:
+            return Binding.feedlog(endpoint=self.endpoint, batch_size=batch_size)
+        return Binding.feedlog(db=str(self.db), batch_size=batch_size)
+
+    def create(self, name: str = "t", batch_size: int | None = None, **kw: Any) -> DeltaTable:
+        return DeltaTable.create(self.root / name, SCHEMA, owner=self.binding(batch_size), **kw)
+
+
+@pytest.fixture(params=["local", "grpc"])
+def owner(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Owner]:
+    root, db = tmp_path / "tables", tmp_path / "owner.db"
+    root.mkdir()
+    if request.param == "local":
+        o = Owner("local", root, db, None, resolve_owner(Binding.feedlog(db=str(db))))
+        yield o
+        o.api.close()
+        return
+    server = OwnerServer(db, "127.0.0.1:0", roots=[root]).start()
+    try:
+        yield Owner("grpc", root, db, server.endpoint, GrpcOwner(server.endpoint, timeout=10))
+    finally:
+        server.stop(grace=1)

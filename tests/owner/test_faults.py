@@ -1,0 +1,126 @@
+"""Crashes and concurrency with real processes: `feedlog owner serve`, writer processes killed at fail points."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from feedlog.delta import DeltaTable
+from feedlog.delta.managed import COMMITS_DIR, Binding
+from feedlog.faults import EXIT_CODE
+from tests.delta.conftest import deltalake_read, deltalake_version
+from tests.replication.test_shutdown import free_port
+
+from .conftest import SCHEMA
+
+WRITER = """
+import sys, pyarrow as pa
+from feedlog.delta import DeltaTable
+path, token, who, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+t = DeltaTable.open(path, owner_token=token)
+for i in range(n):
+    r = t.append(pa.table({"id": pa.array([who * 1000 + i], pa.int64()), "who": [f"w{who}"]}))
+    print(r.version, flush=True)
+"""
+
+
+def owner_process(tmp_path: Path, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "feedlog", "owner", "serve", "--db", str(tmp_path / "owner.db")]
+    cmd += ["--listen", f"127.0.0.1:{port}", "--root", str(tmp_path)]
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        while time.monotonic() < deadline:
+            try:
+                grpc.channel_ready_future(ch).result(timeout=0.5)
+                return proc
+            except grpc.FutureTimeoutError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    proc.kill()
+    raise AssertionError("the owner did not start")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+
+
+def writer(path: Path, token: str, who: int, n: int, failpoints: str = "") -> subprocess.Popen[str]:
+    env = {**os.environ, "FEEDLOG_FAILPOINTS": failpoints}
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), token, str(who), str(n)], env=env, stdout=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.slow
+def test_writer_processes_through_the_grpc_owner(tmp_path: Path) -> None:
+    port = free_port()
+    owner = owner_process(tmp_path, port)
+    try:
+        t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 4))
+        assert t.owner_token
+        procs = [writer(tmp_path / "t", t.owner_token, w, 10) for w in range(4)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4
+        versions = sorted(int(v) for out in outs for v in out.split())
+        assert versions == list(range(1, 41))  # each version ratified once, no gaps, no lost append
+        t.backfill()
+        ids = sorted(deltalake_read(tmp_path / "t").column("id").to_pylist())
+        assert ids == sorted(w * 1000 + i for w in range(4) for i in range(10))
+    finally:
+        stop(owner)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["managed.staged", "managed.answered"])
+def test_writer_killed_around_the_ratification(tmp_path: Path, point: str) -> None:
+    """Killed after staging (never ratified: invisible) or after the owner ratified (kept, then backfilled)."""
+    db = tmp_path / "owner.db"
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.feedlog(db=str(db), batch_size=100))
+    assert t.owner_token
+    doomed = writer(tmp_path / "t", t.owner_token, 1, 1, f"{point}=exit")
+    doomed.communicate(timeout=60)
+    assert doomed.returncode == EXIT_CODE
+    staged = os.listdir(tmp_path / "t" / COMMITS_DIR)
+    assert len(staged) == 1
+    fresh = DeltaTable.open(tmp_path / "t")
+    ratified = point == "managed.answered"
+    assert fresh.version() == (1 if ratified else 0)
+    assert deltalake_version(tmp_path / "t") == 0  # outside readers never see what is not backfilled
+    later = writer(tmp_path / "t", t.owner_token, 2, 1)
+    out, _ = later.communicate(timeout=60)
+    assert later.returncode == 0 and int(out) == (2 if ratified else 1)
+    t.backfill()
+    ids = sorted(deltalake_read(tmp_path / "t").column("id").to_pylist())
+    assert ids == ([1000, 2000] if ratified else [2000])
+    assert os.listdir(tmp_path / "t" / COMMITS_DIR) == []  # the orphan staged file is cleaned up too
+
+
+@pytest.mark.slow
+def test_owner_killed_mid_backfill_finishes_it_on_restart(tmp_path: Path) -> None:
+    port = free_port()
+    owner = owner_process(tmp_path, port, {"FEEDLOG_FAILPOINTS": "owner.backfilled_one=exit@3"})
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 5))
+    assert t.owner_token
+    w = writer(tmp_path / "t", t.owner_token, 1, 5)
+    out, _ = w.communicate(timeout=120)
+    # the 5th commit was ratified, then the owner died copying it to _delta_log: its writer could
+    # not learn the outcome and says so (exit 1), having committed nothing twice
+    assert owner.wait(30) == EXIT_CODE
+    assert w.returncode != 0 and out.split() == ["1", "2", "3", "4"]
+    assert deltalake_version(tmp_path / "t") == 3  # versions 1-3 were copied before the crash
+    owner = owner_process(tmp_path, port)  # restart: it completes the backfill before serving
+    try:
+        assert deltalake_version(tmp_path / "t") == 5
+        assert sorted(deltalake_read(tmp_path / "t").column("id").to_pylist()) == [1000 + i for i in range(5)]
+        assert DeltaTable.open(tmp_path / "t").version() == 5
+    finally:
+        stop(owner)
