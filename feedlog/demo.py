@@ -91,7 +91,7 @@ FEED_SCHEMA = pa.schema(
 
 
 def land_in_delta(feed_path: Path, table_path: Path) -> None:
-    step(f"land the feed in a Delta table at {table_path} (in-commit timestamps, exactly once)")
+    step(f"land the feed in a managed Delta table at {table_path} (in-commit timestamps, exactly once)")
     with Feed.open(feed_path) as feed:
         live = [r for r in feed.records() if not r.cleared]
         app_id, length = f"feed-{feed.key.hex()[:16]}", feed.length
@@ -104,7 +104,9 @@ def land_in_delta(feed_path: Path, table_path: Path) -> None:
             "timestamp": pa.array([r.timestamp for r in live], pa.timestamp("ms", tz="UTC")),
         }
     )
-    table = DeltaTable.create(table_path, FEED_SCHEMA)
+    owner_db = table_path.parent / "owner.db"  # the embedded commit owner: one SQLite file
+    table = DeltaTable.create(table_path, FEED_SCHEMA, owner=str(owner_db))
+    print(f"commit owner: in process, state in {owner_db}; every commit staged, ratified, backfilled")
     first = table.append(batch, txn=(app_id, length))
     again = table.append(batch, txn=(app_id, length))  # a retried job: the txn marker makes it a no-op
     ict = fmt_ts(first.in_commit_timestamp)
@@ -115,3 +117,4 @@ def land_in_delta(feed_path: Path, table_path: Path) -> None:
     for h in table.history():
         print(f"  version {h.version}  {fmt_ts(h.timestamp)}  {h.operation}")
     print(f"version at that ICT: {table.version_at(first.in_commit_timestamp or 0)}")
+    print(f"backfilled through version {info['backfilled_version']}: deltalake and DuckDB see it all")
