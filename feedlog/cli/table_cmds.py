@@ -57,10 +57,6 @@ def open_table(ns: argparse.Namespace) -> DeltaTable:
     return DeltaTable.open(ns.path, owner_token=ns.token, owner_tls=tls_of(ns))
 
 
-def owner_binding(spec: str, batch_size: int | None) -> Binding:
-    return Binding.parse(spec, batch_size)
-
-
 def say_token(ns: argparse.Namespace, table: DeltaTable, given: str | None) -> str | None:
     if given is None and table.owner_token and not getattr(ns, "json", False):
         print(f"owner token: {table.owner_token}  (writers need it: --token or {TOKEN_ENV})")
@@ -74,7 +70,7 @@ def cmd_create(ns: argparse.Namespace) -> None:
         if not eq or not key:
             raise InvalidArgument(f"bad --property {item!r}: expected KEY=VALUE")
         props[key] = value
-    owner = owner_binding(ns.owner, ns.batch_size) if ns.owner else None
+    owner = Binding.parse(ns.owner, ns.batch_size) if ns.owner else None
     if ns.batch_size is not None and owner is None:
         raise InvalidArgument("--batch-size is for managed tables: give --owner too")
     table = DeltaTable.create(
@@ -102,7 +98,7 @@ def cmd_convert(ns: argparse.Namespace) -> None:
         r = table.convert_to_filesystem()
         emit(ns, {"version": r.version, "managed": False}, f"now a filesystem table (version {r.version})")
         return
-    r = table.convert_to_managed(owner_binding(ns.to_managed, ns.batch_size))
+    r = table.convert_to_managed(Binding.parse(ns.to_managed, ns.batch_size))
     token = say_token(ns, table, ns.token)
     emit(ns, {"version": r.version, "managed": True, "token": token}, f"now a managed table (version {r.version})")
 

@@ -23,7 +23,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
@@ -377,7 +377,3 @@ def staged_actions(data: bytes) -> tuple[CommitInfo | None, Protocol | None, Met
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidArgument(f"staged commit has a malformed action: {e!r}") from None
     return info, protocol, metadata
-
-
-def owner_properties(metadata: Metadata) -> Mapping[str, str]:
-    return {k: v for k, v in metadata.configuration.items() if k in (OWNER_NAME, OWNER_CONF)}

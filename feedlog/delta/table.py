@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -133,7 +133,6 @@ class DeltaTable:
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
         max_commit_attempts: int = 100,
-        extra_writer_features: Iterable[str] = (),
     ) -> None:
         self.storage: Storage = LocalStorage(storage) if isinstance(storage, (str, os.PathLike)) else storage
         #: a committer that decides every commit (tests); by default the table's metadata decides:
@@ -147,8 +146,6 @@ class DeltaTable:
         self.clock: Clock = clock or SystemClock()
         self.new_id: Callable[[], str] = new_id or (lambda: str(uuid.uuid4()))
         self.max_commit_attempts = max_commit_attempts
-        #: writer features a wrapping layer implements (e.g. managed commits)
-        self.extra_writer_features = tuple(extra_writer_features)
         #: the newest state this object has seen; never mutated, only replaced
         self._cache: TableState | None = None
 
@@ -205,7 +202,7 @@ class DeltaTable:
             name=name,
             description=description,
         )
-        check_writable(txn.new_protocol, table.extra_writer_features)
+        check_writable(txn.new_protocol)
         actions, _ = txn.plan(TableState(), now)
         response = table._commit(TableState(), 0, actions)
         if not isinstance(response, Committed):
@@ -423,7 +420,7 @@ class DeltaTable:
                 return CommitResult(None, skipped=True)
             tx.set_txn(*txn)
         snapshot = Snapshot(self.storage, tx.base)
-        check_writable(snapshot.protocol, self.extra_writer_features)
+        check_writable(snapshot.protocol)
         tx.operation_parameters = {"mode": mode.capitalize(), "partitionBy": list(snapshot.partition_columns)}
         adds = self.write_files(data, snapshot)
         tx.add_files(adds)

@@ -170,7 +170,7 @@ class Transaction:
 
     def commit(self) -> CommitResult:
         table = self.table
-        check_writable(self._protocol(self.base), table.extra_writer_features)
+        check_writable(self._protocol(self.base))
         base = self.base.copy()
         for attempt in range(1, table.max_commit_attempts + 1):
             actions, ict = self.plan(base, table.clock.now_ms())
