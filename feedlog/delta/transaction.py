@@ -73,7 +73,10 @@ class Transaction:
         self.operation_parameters: dict[str, Any] = {}
         self.adds: list[Add] = []
         self.removes: list[Remove] = []
-        self.txn: Txn | None = None
+        #: application transaction markers by appId (PROTOCOL.md "Transaction Identifiers")
+        self.txns: dict[str, Txn] = {}
+        #: extra top-level commitInfo fields (provenance)
+        self.info_extra: dict[str, Any] = {}
         self.config_updates: dict[str, str | None] = {}
         self.protocol_features: list[str] = []
         self.removed_features: list[str] = []
@@ -94,7 +97,7 @@ class Transaction:
     def set_txn(self, app_id: str, version: int) -> None:
         if not app_id:
             raise InvalidArgument("txn appId must not be empty")
-        self.txn = Txn(app_id, version, self.table.clock.now_ms())
+        self.txns[app_id] = Txn(app_id, version, self.table.clock.now_ms())
 
     def set_properties(self, updates: Mapping[str, str | None]) -> None:
         self.config_updates.update(updates)
@@ -139,14 +142,14 @@ class Transaction:
             engineInfo=ENGINE_INFO,
             txnId=self.table.new_id(),
         )
+        extra.update(self.info_extra)
         info = CommitInfo(ict, now_ms, self.operation, self.operation_parameters, extra)
         actions: list[Action] = [info]
         if protocol != base.protocol:
             actions.append(protocol)
         if metadata != base.metadata:
             actions.append(metadata)
-        if self.txn is not None:
-            actions.append(self.txn)
+        actions.extend(self.txns.values())
         actions.extend(self.removes)
         actions.extend(self.adds)
         return actions, ict
@@ -158,7 +161,7 @@ class Transaction:
                 raise ConcurrentModification(
                     f"version {version}, committed concurrently, changed the table's protocol or metadata"
                 )
-            if isinstance(a, Txn) and self.txn is not None and a.app_id == self.txn.app_id:
+            if isinstance(a, Txn) and a.app_id in self.txns:
                 raise ConcurrentModification(
                     f"version {version}, committed concurrently, carries txn appId {a.app_id!r} "
                     f"(its version {a.version}); this batch may be a duplicate: re-read the txn version"

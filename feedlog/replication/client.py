@@ -227,7 +227,7 @@ def verified(
             if batch is None:
                 continue
             if end is not None and batch.start + len(batch.blocks) > end:
-                batch = Verified(batch.start, batch.blocks[: max(end - batch.start, 0)], batch.state)
+                batch = batch.trimmed(end)
             if batch.blocks:
                 yield batch
             if end is not None and v.length >= end:

@@ -29,6 +29,15 @@ class Verified:
     start: int
     blocks: list[bytes | None]
     state: TreeState
+    #: the leaf nodes of the cleared blocks (their hash and size still count in the tree)
+    cleared: tuple[Node, ...] = ()
+
+    def trimmed(self, end: int) -> Verified:
+        """The blocks before `end` (the state still the batch's: what they were verified against)."""
+        if self.start + len(self.blocks) <= end:
+            return self
+        keep = max(end - self.start, 0)
+        return Verified(self.start, self.blocks[:keep], self.state, tuple(n for n in self.cleared if n.index < 2 * end))
 
 
 class SegmentVerifier:
@@ -73,4 +82,4 @@ class SegmentVerifier:
         if not self.verifier.verify(state.signature, state.signable()):
             raise SignatureError(f"{self.source}: the signature for length {end} does not verify with the feed key")
         self.roots, self.length, self.state = roots, end, state
-        return Verified(start, blocks, state)
+        return Verified(start, blocks, state, tuple(cleared.values()))
