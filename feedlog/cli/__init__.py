@@ -63,7 +63,7 @@ def emit(ns: argparse.Namespace, data: Any, human: Callable[[], None] | str | No
 
 
 def build_parser() -> Parser:
-    from . import feed_cmds, owner_cmds, peer_cmds, table_cmds
+    from . import feed_cmds, lake_cmds, owner_cmds, peer_cmds, table_cmds
 
     parser = Parser(
         prog="feedlog",
@@ -75,6 +75,7 @@ def build_parser() -> Parser:
     peer_cmds.register(sub)
     table_cmds.register(sub)
     owner_cmds.register(sub)
+    lake_cmds.register(sub)
     return parser
 
 

@@ -1,0 +1,132 @@
+"""TTL compaction of a feedlog table, as a Spark job (SlateDB's compaction filter, for a signed log).
+
+Files whose stats say they may hold rows past `expires_at` are rewritten on
+executors: each expired row becomes a tombstone that keeps `feed`, `seq`,
+`key`, `deleted`, `timestamp`, `expires_at` and `size`, gains `leaf_hash`
+(the Merkle leaf of the block it drops) and `cleared = true`, and loses
+`value`, `block` and `stat`. The driver commits `remove` + `add` through the
+table's commit owner, so `feedlog audit` still verifies every feed: a cleared
+row's leaf stands in for its block, as a cleared block does in a feed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..delta import DeltaTable, Snapshot
+from ..delta.actions import Add
+from ..delta.storage import LocalStorage
+from ..delta.writer import WriteOptions, write_files
+from ..errors import Conflict, InvalidArgument, Unsupported
+from ..log.crypto import leaf_hash
+from .rows import COLUMNS, TIMESTAMP
+from .sink import table_token
+
+
+@dataclass
+class ExpireResult:
+    version: int | None
+    files_rewritten: int
+    rows_cleared: int
+
+
+def _may_expire(add: Add, now_ms: int) -> bool:
+    if not add.stats:
+        return True
+    try:
+        stats = json.loads(add.stats)
+        lo = stats.get("minValues", {}).get("expires_at")
+        if stats.get("nullCount", {}).get("expires_at") == stats.get("numRecords"):
+            return False
+    except (ValueError, AttributeError):
+        return True
+    if lo is None:
+        return True
+    when = datetime.strptime(lo, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return when.timestamp() * 1000 <= now_ms  # stats are cut to ms: a tie may hold an expired row
+
+
+@dataclass(frozen=True)
+class _Job:
+    path: str
+    schema: pa.Schema
+    options: WriteOptions
+    now_ms: int
+
+
+def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
+    """(old add, new add or None, rows cleared) for one file; runs on an executor."""
+    storage = LocalStorage(job.path)
+    rel = urllib.parse.unquote(add_json["path"])
+    data = pq.read_table(pa.BufferReader(storage.read(rel)))
+    now = pa.scalar(job.now_ms * 1000, TIMESTAMP)
+    expired = pc.and_(pc.fill_null(pc.less(data.column("expires_at"), now), False), pc.invert(data.column("cleared")))
+    n = pc.sum(expired.cast(pa.int64())).as_py() or 0
+    if n == 0:
+        return add_json, None, 0
+    mask = expired.to_pylist()
+    blocks = data.column("block").to_pylist()
+    leaves = data.column("leaf_hash").to_pylist()
+    new_leaves = [leaf_hash(b) if m and b is not None else lh for m, b, lh in zip(mask, blocks, leaves, strict=True)]
+    cols = {}
+    for name in data.column_names:
+        col = data.column(name)
+        if name in ("value", "block", "stat"):
+            col = pc.if_else(expired, pa.nulls(len(col), col.type), col)
+        elif name == "cleared":
+            col = pc.or_(col, expired)
+        elif name == "leaf_hash":
+            col = pa.array(new_leaves, pa.binary())
+        cols[name] = col
+    out = pa.table(cols).select(list(job.schema.names))
+    adds = write_files(storage, job.schema, (), out, int(time.time() * 1000), lambda: str(uuid.uuid4()), job.options)
+    if len(adds) != 1:
+        raise Unsupported("a rewritten file must stay one file")
+    return add_json, adds[0].to_json(), n
+
+
+def expire(spark: Any, path: str, *, now_ms: int | None = None, token: str | None = None) -> ExpireResult:
+    """Clear the payloads of rows expired at `now_ms` (default: now); one commit, or none if nothing expired."""
+    table = DeltaTable.open(path, owner_token=table_token(path, token))
+    # the transaction starts from the snapshot the files are chosen in: a concurrent compaction that
+    # removes one of them makes this commit conflict instead of removing it twice
+    tx = table.transaction("TTL COMPACTION")
+    snap = Snapshot(table.storage, tx.base)
+    if [c for c in COLUMNS if c not in snap.schema.names]:
+        raise InvalidArgument(f"{path} is not a feedlog table (feedlog ingest makes those)")
+    if snap.partition_columns:
+        raise Unsupported("TTL compaction of partitioned tables is not implemented")
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    candidates = [a.to_json() for a in snap.files() if _may_expire(a, now)]
+    if not candidates:
+        return ExpireResult(None, 0, 0)
+    job = _Job(table.storage.location, snap.schema, WriteOptions.from_properties(snap.metadata.configuration), now)
+    results = (
+        spark.sparkContext.parallelize(candidates, min(len(candidates), 64)).map(lambda a: _rewrite(job, a)).collect()
+    )
+    changed = [(Add.from_json(old), Add.from_json(new), n) for old, new, n in results if new is not None]
+    if not changed:
+        return ExpireResult(None, 0, 0)
+    tx.operation_parameters = {"expiredBefore": str(now)}
+    tx.remove_files([old for old, _new, _n in changed])
+    tx.add_files([new for _old, new, _n in changed])
+    cleared = sum(n for _o, _a, n in changed)
+    tx.info_extra["feedlog"] = {"expired_before": now, "rows_cleared": cleared}
+    try:
+        result = tx.commit()
+    except Conflict:  # definitely not committed: the new files are nobody's
+        storage = LocalStorage(table.storage.location)
+        for _old, new, _n in changed:
+            storage.delete(urllib.parse.unquote(new.path))
+        raise
+    return ExpireResult(result.version, len(changed), cleared)

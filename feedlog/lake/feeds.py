@@ -1,0 +1,166 @@
+"""Where Spark reads feeds from: a peer (`grpc://HOST:PORT/KEY`) or a local feed directory.
+
+Both kinds give the same things: the trusted feed key, the signed length,
+block 0 (the header, verified), the signed-batch boundary after a seq, and
+blocks of a range as `Verified` batches: every block re-hashed into the tree
+and the tree's signature checked with the key before anything is released.
+A local directory is verified exactly like a peer (its files are not trusted
+more than the network); only the key comes from the directory itself.
+
+Objects here are plain data and pickle; connections are opened per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Corruption, InvalidArgument, NotFound
+from ..log import merkle
+from ..log.core import KEY_FILE, Core
+from ..log.entries import decode_header
+from ..log.merkle import TreeState
+from ..replication.client import SCHEME, Address, FeedClient
+from ..replication.verify import SegmentVerifier, Verified
+
+#: bytes per read message / local segment run
+READ_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSource:
+    """One feed to read: `spec` as the user wrote it, the key it is verified against."""
+
+    spec: str
+    key: bytes
+    target: str | None  # host:port of a peer; None for a local directory
+    path: str | None
+
+    @classmethod
+    def parse(cls, spec: str) -> FeedSource:
+        spec = spec.strip()
+        if spec.startswith(SCHEME):
+            addr = Address.parse(spec, need_feed=True)
+            return cls(spec, addr.key, addr.target, None)
+        if "://" in spec:
+            raise InvalidArgument(f"feed {spec!r}: expected grpc://HOST:PORT/KEY or a local feed directory")
+        p = Path(spec).expanduser().resolve()
+        try:
+            key = (p / KEY_FILE).read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"{spec}: not a feed directory (no {KEY_FILE} file)") from None
+        except OSError as e:
+            raise InvalidArgument(f"{spec}: {e.strerror}") from None
+        if len(key) != 32:
+            raise Corruption(f"{spec}: the key file does not hold a 32-byte key")
+        return cls(spec, key, None, str(p))
+
+    @property
+    def key_hex(self) -> str:
+        return self.key.hex()
+
+    @contextlib.contextmanager
+    def _core(self) -> Iterator[Core]:
+        assert self.path is not None
+        core = Core.open(self.path, writable=False)
+        try:
+            yield core
+        finally:
+            core.close()
+
+    @contextlib.contextmanager
+    def _client(self) -> Iterator[FeedClient]:
+        assert self.target is not None
+        client = FeedClient(self.target)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def signed_length(self) -> int:
+        """The length of the newest signed state (what `latest` means)."""
+        if self.path is not None:
+            with self._core() as core:
+                core.refresh()
+                return core.length
+        with self._client() as c:
+            return int(c.info(self.key).state.length)
+
+    def batch_end(self, seq: int) -> int:
+        """The length at the end of the signed batch holding `seq` (an offset that has a signature)."""
+        if self.path is not None:
+            with self._core() as core:
+                core.refresh()
+                return core.batch_end(seq)
+        with self._client() as c:
+            for resp in c.read(self.key, seq, seq + 1):
+                for seg in resp.segments:
+                    if seg.HasField("state"):
+                        return int(seg.state.length)
+        raise Corruption(f"{self.spec}: sent no signed state covering seq {seq}")
+
+    def header(self) -> bytes:
+        """Block 0, verified against a signed tree."""
+        for batch in self.read(0, 1):
+            block = batch.blocks[0]
+            if block is None:
+                raise Corruption(f"{self.spec}: the header block was cleared")
+            decode_header(block)
+            return block
+        raise NotFound(f"{self.spec}: the feed is empty")
+
+    def read(self, start: int, end: int) -> Iterator[Verified]:
+        """Blocks [start, end) as verified batches (trimmed to the range)."""
+        if start >= end:
+            return
+        if self.target is not None:
+            with self._client() as c:
+                got = start
+                for got_batch in c.read_verified(self.key, start, end):
+                    got = got_batch.start + len(got_batch.blocks)
+                    yield got_batch
+                if got < end:
+                    raise NotFound(f"{self.spec}: the peer ended the read at {got}, before {end}")
+            return
+        with self._core() as core:
+            core.refresh()
+            if end > core.length:
+                raise NotFound(f"{self.spec}: asked for blocks up to {end}, the feed has {core.length}")
+            v = SegmentVerifier(self.key, start, merkle.nodes_for_roots(start, core.node), source=self.spec)
+            pos = start
+            while pos < end:
+                segs = core.segments(pos, end, READ_BYTES)
+                if not segs:
+                    raise Corruption(f"{self.spec}: no blocks at {pos}")
+                for seg in segs:
+                    done = v.add(seg)
+                    pos = seg.end
+                    if done is not None:
+                        yield done.trimmed(end)
+
+
+def parse_sources(text: str) -> list[FeedSource]:
+    """A comma-separated list of feed specs; each feed once."""
+    specs = [s for s in (p.strip() for p in text.split(",")) if s]
+    if not specs:
+        raise InvalidArgument("name at least one feed: grpc://HOST:PORT/KEY or a feed directory")
+    out: list[FeedSource] = []
+    seen: set[bytes] = set()
+    for s in specs:
+        src = FeedSource.parse(s)
+        if src.key in seen:
+            raise InvalidArgument(f"feed {src.key_hex} is named twice")
+        seen.add(src.key)
+        out.append(src)
+    return out
+
+
+def state_json(state: TreeState) -> dict[str, object]:
+    return {
+        "length": state.length,
+        "fork": state.fork,
+        "tree_hash": state.tree_hash.hex(),
+        "signature": state.signature.hex(),
+    }

@@ -1,0 +1,222 @@
+"""The job behind `feedlog ingest`: feeds into a managed Delta table, batch or streaming.
+
+Batch: the driver reads where the table's txn markers say each feed stopped,
+asks each source for its signed length, and runs one Spark job over exactly
+that range (`feedlog` source -> `feedlog-delta` sink): one commit, exactly once.
+Streaming: the same pair as a structured-streaming query with a checkpoint
+(default `<table>/_feedlog/checkpoints/<sources hash>`), micro-batches until
+stopped, or until caught up with `available_now`.
+
+Failures inside Spark come back as the feedlog error that caused them
+(`spark_error`), so the CLI can print one line and the right exit code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import errors
+from ..delta import DeltaTable, TableNotFound
+from .audit import provenance_of
+from .feeds import FeedSource, parse_sources
+from .sink import FORMAT as SINK
+from .sink import STATE_DIR, app_id, table_token
+from .source import FIRST_SEQ
+from .source import FORMAT as SOURCE
+
+Progress = Callable[[str], None]
+_ERROR = re.compile(r"feedlog\.errors\.(\w+): ([^\n]*)")
+
+
+def spark_error(exc: BaseException) -> errors.FeedlogError:
+    """The feedlog error behind a failed Spark job (the last one raised in a worker), else Unavailable."""
+    text = str(exc)
+    found = _ERROR.findall(text)
+    if found:
+        name, message = found[-1]
+        kind = getattr(errors, name, None)
+        if isinstance(kind, type) and issubclass(kind, errors.FeedlogError):
+            return kind(message.strip())
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return errors.Unavailable(f"the Spark job failed: {first[:500]}")
+
+
+@dataclass
+class FeedPlan:
+    source: FeedSource
+    start: int
+    end: int
+
+    @property
+    def entries(self) -> int:
+        return max(self.end - self.start, 0)
+
+
+@dataclass
+class IngestResult:
+    version: int | None  # the commit made; None if nothing was new (or the batch had landed already)
+    rows: int
+    seconds: float
+    in_commit_timestamp: int | None = None
+
+
+def landed(table: str, sources: Sequence[FeedSource]) -> dict[str, int]:
+    """Where each feed's rows in the table end (its txn marker), FIRST_SEQ for a new feed or table."""
+    try:
+        t = DeltaTable.open(table, owner_token=table_token(table, None))
+    except TableNotFound:
+        return {s.key_hex: FIRST_SEQ for s in sources}
+    return {s.key_hex: max(t.txn_version(app_id(s.key_hex)) or FIRST_SEQ, FIRST_SEQ) for s in sources}
+
+
+def plan(sources: Sequence[FeedSource], table: str) -> list[FeedPlan]:
+    starts = landed(table, sources)
+    out = []
+    for s in sources:
+        length = s.signed_length()
+        start = starts[s.key_hex]
+        if start > length:
+            raise errors.Conflict(
+                f"the table holds feed {s.key_hex[:16]}... up to seq {start - 1}, past the {length} blocks "
+                f"{s.spec} has: a different or truncated copy of the feed?"
+            )
+        out.append(FeedPlan(s, start, length))
+    return out
+
+
+def _sink_options(owner: str | None, token: str | None) -> dict[str, str]:
+    out = {}
+    if owner:
+        out["owner"] = owner
+    if token:
+        out["ownerToken"] = token
+    return out
+
+
+def ingest_batch(
+    spark: Any,
+    specs: Sequence[str],
+    table: str,
+    *,
+    owner: str | None = None,
+    token: str | None = None,
+    progress: Progress = print,
+) -> IngestResult:
+    sources = parse_sources(",".join(specs))
+    plans = plan(sources, table)
+    for p in plans:
+        progress(f"feed {p.source.key_hex[:16]}... ({p.source.spec}): seqs {p.start}..{p.end - 1}, {p.entries} new")
+    total = sum(p.entries for p in plans)
+    if total == 0:
+        progress("nothing new to ingest")
+        return IngestResult(None, 0, 0.0)
+    t0 = time.monotonic()
+
+    def offsets(attr: str) -> str:
+        return json.dumps({p.source.key_hex: getattr(p, attr) for p in plans})
+
+    try:
+        df = (
+            spark.read.format(SOURCE)
+            .option("feeds", ",".join(p.source.spec for p in plans))
+            .option("startingOffsets", offsets("start"))
+            .option("endingOffsets", offsets("end"))
+            .load()
+        )
+        df.write.format(SINK).options(**_sink_options(owner, token)).mode("append").save(table)
+    except errors.FeedlogError:
+        raise
+    except Exception as e:  # Py4J / PySpark errors: find ours inside
+        raise spark_error(e) from None
+    seconds = time.monotonic() - t0
+    t = DeltaTable.open(table, owner_token=table_token(table, token))
+    last = t.history(1)[0]
+    done = all(t.txn_version(app_id(p.source.key_hex)) == p.end for p in plans)
+    if not done:
+        raise errors.Conflict("the commit did not record every feed's progress; rerun to finish")
+    ours = {(p.source.key_hex, p.end) for p in plans if p.entries}
+    mine = any((f.get("key"), f.get("to")) in ours for f in provenance_of(last.commit_info))
+    ict = last.in_commit_timestamp if mine else None
+    return IngestResult(last.version if mine else None, total, seconds, ict)
+
+
+def default_checkpoint(table: str, specs: Sequence[str]) -> str:
+    digest = hashlib.sha256("\n".join(sorted(specs)).encode()).hexdigest()[:16]
+    return str(Path(table).resolve() / STATE_DIR / "checkpoints" / digest)
+
+
+def ingest_stream(
+    spark: Any,
+    specs: Sequence[str],
+    table: str,
+    *,
+    owner: str | None = None,
+    token: str | None = None,
+    checkpoint_location: str | None = None,
+    available_now: bool = False,
+    trigger_seconds: float = 1.0,
+    max_entries_per_trigger: int | None = None,
+    timeout: float | None = None,
+    progress: Progress = print,
+) -> IngestResult:
+    sources = parse_sources(",".join(specs))
+    starts = landed(table, sources)
+    ckpt = checkpoint_location or default_checkpoint(table, [s.spec for s in sources])
+    reader = (
+        spark.readStream.format(SOURCE)
+        .option("feeds", ",".join(s.spec for s in sources))
+        .option("startingOffsets", json.dumps(starts))
+    )
+    if max_entries_per_trigger:
+        reader = reader.option("maxEntriesPerTrigger", str(max_entries_per_trigger))
+    t0 = time.monotonic()
+    rows = 0
+    try:
+        writer = reader.load().writeStream.format(SINK).options(**_sink_options(owner, token))
+        writer = writer.option("checkpointLocation", ckpt).outputMode("append")
+        writer = (
+            writer.trigger(availableNow=True)
+            if available_now
+            else writer.trigger(processingTime=f"{trigger_seconds} seconds")
+        )
+        query = writer.start(table)
+        progress(f"streaming {len(sources)} feed(s) into {table} (checkpoint {ckpt}); Ctrl-C stops")
+        seen = -1
+
+        def report() -> int:
+            nonlocal seen
+            n_new = 0
+            for p in query.recentProgress:
+                if p["batchId"] > seen:
+                    seen = p["batchId"]
+                    n = int(p["numInputRows"])
+                    n_new += n
+                    if n:
+                        progress(f"batch {seen}: {n} entries ({p.get('processedRowsPerSecond') or 0:.0f}/s)")
+            return n_new
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while query.isActive and (deadline is None or time.monotonic() < deadline):
+                query.awaitTermination(0.5)
+                rows += report()
+        except KeyboardInterrupt:
+            progress("stopping the stream...")
+        finally:
+            if query.isActive:
+                query.stop()
+        rows += report()
+        if query.exception() is not None:
+            raise spark_error(query.exception())
+    except errors.FeedlogError:
+        raise
+    except Exception as e:
+        raise spark_error(e) from None
+    return IngestResult(None, rows, time.monotonic() - t0)

@@ -1,0 +1,416 @@
+"""The `feedlog-delta` Spark sink: a DataFrame into a Delta table, committed through its owner.
+
+    df.write.format("feedlog-delta").mode("append").save("data/table")
+    df.writeStream.format("feedlog-delta").option("checkpointLocation", "data/ckpt").start("data/table")
+
+Executors write Parquet files with per-file stats from the Arrow batches they
+get; the driver-side commit (which Spark runs in a Python worker of its own)
+adds them in one Delta commit: through the commit owner the table names, with
+`commitInfo` first and an in-commit timestamp. A missing table is created
+managed, with in-commit timestamps, by the owner in option `owner`
+(grpc://HOST:PORT, or a SQLite file for the in-process owner; default: the
+in-process owner on `<table>/_feedlog/owner.db`; `filesystem` for none).
+
+Exactly once. Rows with `feed` and `seq` columns (what the `feedlog` source
+produces) commit one `txn` action per feed: appId `feedlog:<key hex>`, version
+= the seq after the last row landed. A batch the table already holds (a rerun
+after a crash, a replayed micro-batch) commits nothing; one that overlaps a
+range another job landed fails with Conflict, without touching the table.
+Options `txnAppId` + `txnVersion` (batch) or `queryId` (streaming: version =
+batch id) add Delta's usual idempotent-writer marker too.
+
+Provenance. `commitInfo.feedlog.feeds` records, per feed: the seq range landed
+and the newest signed state (length, fork, tree_hash, signature) found in the
+rows' `signed` column, which `feedlog audit` checks.
+
+Maintenance: after a commit whose version is a multiple of
+`delta.checkpointInterval` (Delta's property, default 10) the sink backfills,
+writes a checkpoint and cleans up expired log files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from .. import faults
+from ..delta import DeltaTable, LocalStorage, TableNotFound
+from ..delta.actions import Add
+from ..delta.managed import TOKEN_ENV, Binding, new_token
+from ..delta.schema import conform
+from ..delta.transaction import CommitResult, ConcurrentModification
+from ..delta.writer import WriteOptions, write_files
+from ..errors import AlreadyExists, Conflict, InvalidArgument
+
+FORMAT = "feedlog-delta"
+APP_PREFIX = "feedlog:"
+#: the in-process owner's database and the token file, inside the table directory (readers skip `_` dirs)
+STATE_DIR = "_feedlog"
+EMBEDDED_DB = "owner.db"
+TOKEN_FILE = "owner-token"
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+DEFAULT_CHECKPOINT_INTERVAL = 10
+
+
+def app_id(feed_hex: str) -> str:
+    return APP_PREFIX + feed_hex
+
+
+@dataclass
+class FeedRange:
+    """The rows of one feed in a write: seqs first..last, and the newest signed state among them."""
+
+    first: int
+    last: int
+    rows: int
+    signed: dict[str, Any] | None = None
+
+    def merge(self, other: FeedRange) -> FeedRange:
+        signed = max((s for s in (self.signed, other.signed) if s), key=lambda s: s["length"], default=None)
+        return FeedRange(min(self.first, other.first), max(self.last, other.last), self.rows + other.rows, signed)
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    adds: list[dict[str, Any]]
+    feeds: dict[str, FeedRange] = field(default_factory=dict)
+
+
+def feed_ranges(data: pa.Table) -> dict[str, FeedRange]:
+    if data.num_rows == 0 or "feed" not in data.column_names or "seq" not in data.column_names:
+        return {}
+    agg = data.group_by("feed").aggregate([("seq", "min"), ("seq", "max"), ("seq", "count")])
+    out = {r["feed"]: FeedRange(r["seq_min"], r["seq_max"], r["seq_count"]) for r in agg.to_pylist()}
+    if "signed" in data.column_names:
+        signed = data.filter(pc.is_valid(data.column("signed"))).select(["feed", "signed"]).to_pylist()
+        for row in signed:
+            s = row["signed"]
+            r = out[row["feed"]]
+            if r.signed is None or s["length"] > r.signed["length"]:
+                r.signed = {
+                    "length": s["length"],
+                    "fork": s["fork"],
+                    "tree_hash": s["tree_hash"].hex(),
+                    "signature": s["signature"].hex(),
+                }
+    return out
+
+
+def _token_path(table: str) -> Path:
+    return Path(table) / STATE_DIR / TOKEN_FILE
+
+
+def table_token(path: str, given: str | None) -> str | None:
+    """The owner token: given, $FEEDLOG_OWNER_TOKEN, or the one kept in the table's `_feedlog/`."""
+    if given or os.environ.get(TOKEN_ENV):
+        return given or os.environ.get(TOKEN_ENV)
+    try:
+        return _token_path(path).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _keep_token(path: str) -> str:
+    """A token for a table being created, agreed put-if-absent so concurrent creators share one."""
+    p = _token_path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    token = new_token()
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return p.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+        f.flush()
+        os.fsync(f.fileno())
+    return token
+
+
+def owner_binding(path: str, spec: str | None) -> Binding | None:
+    if spec is None or spec == "" or spec == "embedded":
+        return Binding.feedlog(db=str(Path(path).resolve() / STATE_DIR / EMBEDDED_DB))
+    if spec == "filesystem":
+        return None
+    return Binding.parse(spec)
+
+
+def open_or_create(path: str, schema: pa.Schema, options: Mapping[str, str]) -> DeltaTable:
+    token = table_token(path, options.get("ownerToken"))
+    try:
+        return DeltaTable.open(path, owner_token=token)
+    except TableNotFound:
+        pass
+    binding = owner_binding(path, options.get("owner"))
+    if binding is not None and token is None:
+        token = _keep_token(path)
+    try:
+        return DeltaTable.create(path, schema, owner=binding, owner_token=token)
+    except AlreadyExists:
+        return DeltaTable.open(path, owner_token=token)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """What executors and the committing worker need; plain data (it is pickled to them)."""
+
+    path: str
+    token: str | None
+    schema: pa.Schema
+    partition_columns: tuple[str, ...]
+    write_options: WriteOptions
+    overwrite: bool
+    app_id: str | None
+    app_version: int | None
+
+    @classmethod
+    def prepare(
+        cls, options: Mapping[str, str], spark_schema: StructType, overwrite: bool, streaming: bool
+    ) -> SinkConfig:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        path = options.get("path")
+        if not path:
+            raise InvalidArgument("the feedlog-delta sink needs a table path: .save(PATH) or option path")
+        incoming = to_arrow_schema(spark_schema, timezone="UTC")
+        table = open_or_create(path, incoming, options)
+        snap = table.snapshot()
+        conform(incoming.empty_table(), snap.schema)  # a clear SchemaMismatch now, not in every task
+        if streaming:
+            app, version = options.get("queryId"), None
+        else:
+            app, raw = options.get("txnAppId"), options.get("txnVersion")
+            if (app is None) != (raw is None):
+                raise InvalidArgument("txnAppId and txnVersion go together")
+            try:
+                version = int(raw) if raw is not None else None
+            except ValueError:
+                raise InvalidArgument(f"txnVersion must be an integer, not {raw!r}") from None
+        return cls(
+            path=str(Path(path).resolve()),
+            token=table.owner_token,
+            schema=snap.schema,
+            partition_columns=snap.partition_columns,
+            write_options=WriteOptions.from_properties(snap.metadata.configuration),
+            overwrite=overwrite,
+            app_id=app,
+            app_version=version,
+        )
+
+    # executors
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> FilesWritten:
+        got = list(batches)
+        if not got:
+            return FilesWritten([])
+        data = conform(pa.Table.from_batches(got), self.schema)
+        storage = LocalStorage(self.path)
+        adds = write_files(
+            storage,
+            self.schema,
+            self.partition_columns,
+            data,
+            int(time.time() * 1000),
+            lambda: str(uuid.uuid4()),
+            self.write_options,
+        )
+        faults.point("sink.written")
+        return FilesWritten([a.to_json() for a in adds], feed_ranges(data))
+
+    # the committing worker
+
+    def commit(self, messages: Sequence[FilesWritten | None], batch_id: int | None = None) -> CommitResult | None:
+        adds = [Add.from_json(d) for m in messages if m is not None for d in m.adds]
+        ranges: dict[str, FeedRange] = {}
+        for m in messages:
+            for k, r in (m.feeds if m is not None else {}).items():
+                ranges[k] = ranges[k].merge(r) if k in ranges else r
+        app_version = batch_id if batch_id is not None else self.app_version
+        if not adds and not self.overwrite:
+            return None
+        table = DeltaTable.open(self.path, owner_token=self.token)
+        try:
+            for _attempt in range(5):
+                tx = table.transaction("STREAMING UPDATE" if batch_id is not None else "WRITE")
+                if self.app_id is not None and app_version is not None:
+                    done = tx.base.txns.get(self.app_id)
+                    if done is not None and done.version >= app_version:
+                        self._discard(adds)
+                        return CommitResult(None, skipped=True)
+                    tx.set_txn(self.app_id, app_version)
+                landed = _already_landed(tx.base.txns, ranges)
+                if landed and len(landed) == len(ranges):
+                    self._discard(adds)
+                    return CommitResult(None, skipped=True)
+                if landed:
+                    raise Conflict(
+                        f"the table already holds feed(s) {', '.join(k[:16] + '...' for k in landed)} up to this "
+                        "batch's end, but not the others in it; ingest those feeds separately"
+                    )
+                for k, r in ranges.items():
+                    tx.set_txn(app_id(k), r.last + 1)
+                tx.add_files(adds)
+                if self.overwrite:
+                    tx.reads_whole_table = True
+                    tx.remove_files(tx.base.files.values())
+                    tx.operation_parameters = {"mode": "Overwrite"}
+                elif batch_id is not None:
+                    tx.operation_parameters = {"outputMode": "Append", "epochId": str(batch_id)}
+                else:
+                    tx.operation_parameters = {"mode": "Append"}
+                if ranges:
+                    tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
+                faults.point("sink.before_commit")
+                try:
+                    result = tx.commit()
+                    break
+                except ConcurrentModification:
+                    continue  # another job landed a batch of a feed of ours: re-check what is left to do
+            else:
+                raise Conflict("the table kept changing under this batch; rerun it")
+        except Conflict:
+            self._discard(adds)  # definitely not committed: the files are nobody's
+            raise
+        faults.point("sink.committed")
+        _maintain(table, result)
+        return result
+
+    def _discard(self, adds: Sequence[Add]) -> None:
+        storage = LocalStorage(self.path)
+        for a in adds:
+            with contextlib.suppress(OSError):
+                storage.delete(urllib.parse.unquote(a.path))
+
+    def abort(self, messages: Sequence[FilesWritten | None]) -> None:
+        """Remove the job's files, except any a commit may hold: Spark aborts after a committing
+        worker died too, and that worker may have committed (or staged a commit the owner will
+        still ratify) before dying. Those files are kept; unreferenced ones are vacuum's."""
+        adds = [Add.from_json(d) for m in messages if m is not None for d in m.adds]
+        if not adds:
+            return
+        try:
+            held = {a.path for a in DeltaTable.open(self.path, owner_token=self.token).snapshot().files()}
+        except TableNotFound:
+            held = set()
+        held |= _staged_paths(Path(self.path))
+        if "*" not in held:
+            self._discard([a for a in adds if a.path not in held])
+
+
+def _staged_paths(table: Path) -> set[str]:
+    """Data files named by staged managed commits (ratified or not yet)."""
+    out: set[str] = set()
+    staged = table / "_delta_log" / "_commits"
+    for f in staged.glob("*.json") if staged.is_dir() else []:
+        try:
+            for line in f.read_text().splitlines():
+                add = json.loads(line).get("add") if line.strip() else None
+                if isinstance(add, dict) and isinstance(add.get("path"), str):
+                    out.add(add["path"])
+        except (OSError, ValueError):
+            out.add("*")  # unreadable: assume it may hold anything
+    return out
+
+
+def _already_landed(txns: Mapping[str, Any], ranges: Mapping[str, FeedRange]) -> list[str]:
+    """Feeds whose whole range the table holds; Conflict if it holds part of one."""
+    landed = []
+    for k, r in ranges.items():
+        done = txns.get(app_id(k))
+        if done is None or done.version <= r.first:
+            continue
+        if done.version >= r.last + 1:
+            landed.append(k)
+            continue
+        raise Conflict(
+            f"the table holds feed {k[:16]}... up to seq {done.version - 1}, inside this batch's seqs "
+            f"{r.first}..{r.last}: another job landed part of it; rerun to ingest the rest"
+        )
+    return landed
+
+
+def _provenance(key: str, r: FeedRange) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": key, "from": r.first, "to": r.last + 1, "rows": r.rows}
+    if r.signed is not None:
+        out["signed"] = r.signed
+    return out
+
+
+def _maintain(table: DeltaTable, result: CommitResult) -> None:
+    if result.version is None:
+        return
+    conf = table.snapshot().properties
+    try:
+        every = int(conf.get(CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL))
+    except ValueError:
+        every = DEFAULT_CHECKPOINT_INTERVAL
+    if every > 0 and result.version % every == 0:
+        table.backfill(result.version)
+        table.checkpoint(result.version)
+        table.cleanup()
+
+
+def _ours(messages: Sequence[WriterCommitMessage | None]) -> list[FilesWritten | None]:
+    return [m if isinstance(m, FilesWritten) else None for m in messages]
+
+
+class DeltaBatchWriter(DataSourceArrowWriter):
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        return self.config.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.config.commit(_ours(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.config.abort(_ours(messages))
+
+
+class DeltaStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        return self.config.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.config.commit(_ours(messages), batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.config.abort(_ours(messages))
+
+
+class DeltaSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def writer(self, schema: StructType, overwrite: bool) -> DeltaBatchWriter:
+        return DeltaBatchWriter(SinkConfig.prepare(self.options, schema, overwrite, streaming=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DeltaStreamWriter:
+        if overwrite:
+            raise InvalidArgument("the feedlog-delta sink appends: use outputMode append")
+        return DeltaStreamWriter(SinkConfig.prepare(self.options, schema, overwrite, streaming=True))
+
+
+__all__ = ["FORMAT", "DeltaSink", "FeedRange", "FilesWritten", "SinkConfig", "app_id"]

@@ -1,0 +1,250 @@
+"""The Spark pipeline for real: local Spark, peers and a commit owner on 127.0.0.1, Delta readers we did not write."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from feedlog.delta import DeltaTable
+from feedlog.errors import Corruption
+from feedlog.lake.audit import audit_table
+from feedlog.lake.expire import expire
+from feedlog.lake.ingest import ingest_batch, ingest_stream
+from feedlog.lake.rows import SCHEMA
+from feedlog.lake.sink import app_id
+from feedlog.log.feed import Feed, Write
+from feedlog.pb import feeds_pb2
+from feedlog.replication.client import Address, FeedClient
+from feedlog.replication.sync import push
+from feedlog_server.app import PeerServer
+from feedlog_server.host import FeedHost
+from feedlog_server.owner import OwnerServer
+from feedlog_server.rpc import rpc_handler, start_server
+from feedlog_server.service import FeedsService
+
+from ..delta.conftest import deltalake_read, duckdb_read
+from .conftest import KEY_A, KEY_B, append, make_feed
+
+pytestmark = pytest.mark.slow
+quiet = lambda _msg: None  # noqa: E731
+
+
+def url(peer: Any, key: bytes) -> str:
+    return f"grpc://{peer.address}/{key.hex()}"
+
+
+def wait_length(address: str, key: bytes, length: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    with FeedClient(address) as c:
+        while time.monotonic() < deadline:
+            try:
+                if c.info(key).state.length >= length:
+                    return
+            except Exception:
+                pass
+            time.sleep(0.05)
+    raise AssertionError(f"{address} did not reach length {length}")
+
+
+@pytest.fixture
+def owner(tmp_path: Path) -> Iterator[OwnerServer]:
+    server = OwnerServer(tmp_path / "owner.db", roots=[tmp_path]).start()
+    yield server
+    server.stop()
+
+
+def seqs(table: Path, key: bytes | None = None) -> list[int]:
+    rows = DeltaTable.open(table).to_arrow().to_pylist()
+    return sorted(r["seq"] for r in rows if key is None or r["feed"] == key.hex())
+
+
+def test_peer_to_managed_table_end_to_end(spark, tmp_path: Path, owner: OwnerServer) -> None:
+    feed = make_feed(tmp_path / "feed", 1000, batch=100)
+    first = PeerServer(tmp_path / "peer1").start()
+    second = None
+    try:
+        push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"))
+        second = PeerServer(tmp_path / "peer2", follow=[Address.parse(url(first, KEY_A.public_key))]).start()
+        wait_length(second.address, KEY_A.public_key, feed.length)
+        table = tmp_path / "table"
+        src = url(second, KEY_A.public_key)
+        r1 = ingest_batch(spark, [src], str(table), owner=owner.endpoint, progress=quiet)
+        assert (r1.version, r1.rows) == (1, 1000)
+
+        append(feed, 234, batch=50)
+        push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"))
+        wait_length(second.address, KEY_A.public_key, feed.length)
+        r2 = ingest_batch(spark, [src], str(table), progress=quiet)
+        assert (r2.version, r2.rows) == (2, 234)
+        again = ingest_batch(spark, [src], str(table), progress=quiet)
+        assert (again.version, again.rows) == (None, 0)
+
+        t = DeltaTable.open(table)
+        info = t.info()
+        assert info["commit_owner"] == {"endpoint": owner.endpoint}
+        assert "inCommitTimestamp" in info["features"] and "managedCommits" in info["features"]
+        hist = t.history()
+        assert [h.version for h in hist] == [2, 1, 0]
+        assert all(h.in_commit_timestamp for h in hist)
+        prov = hist[0].commit_info["feedlog"]["feeds"][0]
+        assert prov["key"] == KEY_A.public_key.hex() and (prov["from"], prov["to"]) == (1001, 1235)
+        assert prov["signed"]["length"] == 1235 == feed.length
+        assert prov["signed"]["signature"] == feed.core.state.signature.hex()
+        assert t.txn_version(app_id(KEY_A.public_key.hex())) == 1235
+
+        expected = [(r.seq, r.key, r.value) for r in feed.records()]
+        for read in (deltalake_read, duckdb_read):
+            got = sorted((r["seq"], r["key"], r["value"]) for r in read(table).to_pylist())
+            assert got == expected
+        assert audit_table(str(table), [KEY_A.public_key]).ok
+    finally:
+        for p in (second, first):
+            if p is not None:
+                p.stop(grace=1)
+        feed.close()
+
+
+def test_streaming_available_now_across_runs(spark, tmp_path: Path) -> None:
+    feed = make_feed(tmp_path / "feed", 300, batch=100)
+    table, ckpt = tmp_path / "table", tmp_path / "ckpt"
+    kw: dict[str, Any] = dict(checkpoint_location=str(ckpt), available_now=True, progress=quiet, timeout=120)
+    r = ingest_stream(spark, [str(tmp_path / "feed")], str(table), **kw)
+    assert r.rows == 300
+    assert seqs(table) == list(range(1, 301))
+    for round_ in range(2):
+        append(feed, 70 + round_, batch=30)
+        ingest_stream(spark, [str(tmp_path / "feed")], str(table), **kw)
+        assert seqs(table) == list(range(1, feed.length))
+    nothing = ingest_stream(spark, [str(tmp_path / "feed")], str(table), **kw)
+    assert nothing.rows == 0
+    assert audit_table(str(table), [KEY_A.public_key]).ok
+    feed.close()
+
+
+class TamperingFeeds(FeedsService):  # type: ignore[misc]
+    """A malicious peer: serves its real feed, but with one byte of block `victim` changed."""
+
+    victim = 150
+
+    def Read(self, request: Any, context: Any) -> Iterator[feeds_pb2.ReadResponse]:
+        for resp in super().Read(request, context):
+            for seg in resp.segments:
+                k = self.victim - seg.start
+                if 0 <= k < len(seg.blocks) and seg.blocks[k]:
+                    b = bytearray(seg.blocks[k])
+                    b[-1] ^= 1
+                    seg.blocks[k] = bytes(b)
+            yield resp
+
+
+def test_a_tampered_block_fails_the_job_and_leaves_the_table(spark, tmp_path: Path) -> None:
+    feed = make_feed(tmp_path / "feed", 300, batch=100)
+    table = tmp_path / "table"
+    ingest_batch(spark, [str(tmp_path / "feed")], str(table), progress=quiet)
+    append(feed, 200, batch=100)
+    feed.close()
+    honest = PeerServer(tmp_path / "peer").start()
+    push(tmp_path / "feed", Address.parse(f"grpc://{honest.address}"))
+    honest.stop(grace=1)
+    host = FeedHost(tmp_path / "peer")
+    TamperingFeeds.victim = 350
+    server, port, _health = start_server(
+        "127.0.0.1:0",
+        [rpc_handler(TamperingFeeds(host), feeds_pb2, "Feeds")],
+        [],
+        tls=None,
+        workers=8,
+        max_message_bytes=64 << 20,
+    )
+    try:
+        before = DeltaTable.open(table).version()
+        files_before = sorted(p.name for p in table.glob("*.parquet"))
+        with pytest.raises(Corruption, match="do not hash to the signed tree"):
+            ingest_batch(spark, [f"grpc://127.0.0.1:{port}/{KEY_A.public_key.hex()}"], str(table), progress=quiet)
+        assert DeltaTable.open(table).version() == before
+        assert sorted(p.name for p in table.glob("*.parquet")) == files_before
+        assert seqs(table) == list(range(1, 301))
+    finally:
+        server.stop(1)
+        host.close()
+
+
+def feedlog_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "feedlog.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: OwnerServer) -> None:
+    """Two `feedlog ingest` processes (each its own Spark) race on one table through the gRPC owner."""
+    make_feed(tmp_path / "a", 400, kp=KEY_A).close()
+    make_feed(tmp_path / "b", 300, kp=KEY_B).close()
+    table = tmp_path / "table"
+    # created first, so the jobs race on commits rather than on creation
+    DeltaTable.create(table, SCHEMA, owner=owner.endpoint, owner_token="t0k3n")
+    jobs = [feedlog_cli("ingest", str(tmp_path / n), str(table), "--token", "t0k3n") for n in ("a", "b")]
+    for j in jobs:
+        out, err = j.communicate(timeout=300)
+        assert j.returncode == 0, err[-2000:]
+        assert "committed version" in out
+    assert sorted(h.version for h in DeltaTable.open(table).history()) == [0, 1, 2]
+    assert seqs(table, KEY_A.public_key) == list(range(1, 401))
+    assert seqs(table, KEY_B.public_key) == list(range(1, 301))
+    assert audit_table(str(table), [KEY_A.public_key, KEY_B.public_key]).ok
+
+
+def test_a_job_killed_mid_batch_lands_every_entry_once_on_rerun(tmp_path: Path) -> None:
+    """The committing worker dies before its commit, then (next run) right after it; each rerun
+    lands what is missing, exactly once."""
+    feed = make_feed(tmp_path / "feed", 500, batch=100)
+    table = tmp_path / "table"
+
+    def run(crash: str | None) -> subprocess.CompletedProcess[str]:
+        env = {"FEEDLOG_FAILPOINTS": f"{crash}=exit"} if crash else {}
+        job = feedlog_cli("ingest", str(tmp_path / "feed"), str(table), env=env)
+        out, err = job.communicate(timeout=300)
+        return subprocess.CompletedProcess(job.args, job.returncode, out, err)
+
+    died = run("sink.before_commit")  # files written by executors, never committed
+    assert died.returncode != 0 and "Traceback" not in died.stderr.split("feedlog: error:")[-1]
+    assert seqs(table) == []
+    assert not list(table.glob("*.parquet"))  # the aborted job's files are gone
+    died = run("sink.committed")  # committed, then the job failed: Spark aborts, the files must stay
+    assert died.returncode != 0
+    assert seqs(table) == list(range(1, 501))
+    append(feed, 50)
+    feed.close()
+    rerun = run(None)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "seqs 501..550, 50 new" in rerun.stdout
+    assert seqs(table) == list(range(1, 551))
+    assert audit_table(str(table), [KEY_A.public_key]).ok
+
+
+def test_ttl_compaction_keeps_the_table_auditable(spark, tmp_path: Path) -> None:
+    feed = Feed.create(tmp_path / "feed", key_pair=KEY_A, timestamps="exact")
+    feed.append([Write(f"/k{i}", b"x" * 10, ttl_ms=1 if i % 3 == 0 else None) for i in range(90)])
+    feed.append([Write(f"/late{i}", b"y") for i in range(10)])
+    feed.close()
+    table = tmp_path / "table"
+    ingest_batch(spark, [str(tmp_path / "feed")], str(table), progress=quiet)
+    r = expire(spark, str(table), now_ms=int(time.time() * 1000) + 10_000)
+    assert (r.files_rewritten, r.rows_cleared) == (1, 30)
+    rows = DeltaTable.open(table).to_arrow().to_pylist()
+    cleared = [x for x in rows if x["cleared"]]
+    assert len(cleared) == 30 and all(x["value"] is None and x["block"] is None for x in cleared)
+    assert len(rows) == 100
+    assert DeltaTable.open(table).history(1)[0].operation == "TTL COMPACTION"
+    assert audit_table(str(table), [KEY_A.public_key]).ok
+    assert expire(spark, str(table), now_ms=int(time.time() * 1000) + 10_000).rows_cleared == 0
