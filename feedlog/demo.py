@@ -1,10 +1,12 @@
-"""`feedlog demo`: the product end to end on embedded defaults, narrated.
+"""`feedlog demo`: the whole product on one machine, on embedded defaults, narrated.
 
-Today: a signed feed on disk with fuzzed writer timestamps, bulk and single
-appends, key/value reads, a Merkle proof checked with nothing but the public
-key, TTL expiry and compaction, a full verify after reopening, and the feed
-landed in a Delta table with in-commit timestamps, exactly once. Later issues
-extend this with peers, the commit owner and Spark.
+A commit owner and two peers on 127.0.0.1; a signed feed with fuzzed writer
+timestamps, pushed to the first peer and replicated (verified) to the second;
+Spark ingests it from the second peer into a managed Delta table with in-commit
+timestamps, then again after more appends (exactly once); the table's history
+with ICTs; the table read back by deltalake and DuckDB, which we did not write;
+`feedlog audit` proving the rows are the signed feed; TTL compaction that keeps
+the audit green; everything shut down.
 """
 
 from __future__ import annotations
@@ -12,109 +14,161 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import pyarrow as pa
-
-from .cli.feed_cmds import fmt_ts, record_line
-from .clock import ManualClock
+from .cli.feed_cmds import fmt_ts
 from .delta import DeltaTable
+from .errors import NotFound, Unavailable
+from .lake.audit import audit_table
 from .log.feed import Feed, Write
 from .log.merkle import verify_proof
+from .replication.client import Address, FeedClient
+from .replication.sync import push
 
 
 def step(text: str) -> None:
-    print(f"\n== {text}")
+    print(f"\n== {text}", flush=True)
 
 
-def run_demo(workdir: str | None = None) -> None:
+def _wait_length(address: str, key: bytes, length: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    with FeedClient(address) as c:
+        while time.monotonic() < deadline:
+            try:
+                if c.info(key).state.length >= length:
+                    return
+            except (NotFound, Unavailable):  # the follower has not created its copy yet
+                pass
+            time.sleep(0.05)
+    raise Unavailable(f"peer {address} did not replicate to length {length} within {timeout:.0f}s")
+
+
+def _append(feed: Feed, first: int, n: int, ttl_ms: int | None = None) -> None:
+    for lo in range(first, first + n, 1000):
+        feed.append([Write(f"/sensor/{i % 100}", f"reading {i}".encode(), ttl_ms=ttl_ms) for i in range(lo, lo + 1000)])
+
+
+def run_demo(workdir: str | None = None, spark: Any = None) -> None:
+    from feedlog_server.app import PeerServer
+    from feedlog_server.owner import OwnerServer
+
+    from .lake import spark_session
+    from .lake.expire import expire
+    from .lake.ingest import ingest_batch
+
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="feedlog-demo-"))
     base.mkdir(parents=True, exist_ok=True)
-    path = base / "feed"
     t0 = time.monotonic()
+    servers: list[Any] = []
+    try:
+        step("start a commit owner and two peers on 127.0.0.1")
+        owner = OwnerServer(base / "owner.db", roots=[base]).start()
+        servers.append(owner)
+        first = PeerServer(base / "peer1").start()
+        servers.append(first)
+        print(f"commit owner {owner.endpoint} (SQLite {base / 'owner.db'}); peer 1 at {first.address}")
 
-    step(f"create a feed at {path} (timestamps fuzzed by up to 30s, default TTL 1d)")
-    # a manual clock lets the demo jump past the TTL instead of waiting an hour
-    clock = ManualClock(int(time.time() * 1000))
-    feed = Feed.create(path, timestamps="fuzz:30s", ttl="1d", clock=clock)
-    print(f"key           {feed.key.hex()}")
-    print(f"discovery key {feed.discovery_key.hex()}")
+        path = base / "feed"
+        step(f"create a feed at {path}: writer timestamps fuzzed by up to 30s, a 1-day default TTL")
+        feed = Feed.create(path, timestamps="fuzz:30s", ttl="1d")
+        key = feed.key
+        print(f"key {key.hex()}")
+        _append(feed, 0, 20_000)
+        feed.put("/session/token", b"short-lived", ttl="5m")
+        feed.delete("/sensor/7")
+        print(f"{feed.length - 1} entries in signed batches; signed root {feed.core.state.tree_hash.hex()[:16]}...")
+        proof = feed.core.proof(4242)
+        verify_proof(proof, key)
+        print(f"seq 4242 proven with {len(proof.path)} sibling hashes, {len(proof.roots)} roots and one signature")
 
-    step("append 10,000 entries in signed batches of 1,000, then a few single puts")
-    for b in range(10):
-        feed.append([Write(f"/sensor/{i % 100}", f"reading {b * 1000 + i}".encode()) for i in range(1000)])
-    feed.put("/config/mode", b"fast", ttl="7d")
-    feed.put("/session/token", b"short-lived", ttl="5m")
-    feed.delete("/sensor/7")
-    root = feed.core.state.tree_hash.hex()[:16]
-    print(f"length {feed.length} blocks, {feed.core.byte_length} bytes, signed root {root}...")
+        step("push it to peer 1; peer 2 follows peer 1 and verifies every batch it copies")
+        push(path, Address.parse(f"grpc://{first.address}"))
+        second = PeerServer(base / "peer2", follow=[Address.parse(f"grpc://{first.address}/{key.hex()}")]).start()
+        servers.append(second)
+        _wait_length(second.address, key, feed.length)
+        print(f"peer 2 at {second.address} holds all {feed.length} blocks")
 
-    step("read back: latest values, history, writer timestamps (untrusted, fuzzed)")
-    now = clock.now_ms()
-    for r in feed.records(feed.length - 3):
-        print(record_line(r, now))
-    got = feed.get("/sensor/42")
-    print(f"get /sensor/42 -> {got.value.decode() if got and got.value else None}")
-    print(
-        f"get /sensor/7 -> {feed.get('/sensor/7')} (deleted; {len(feed.history('/sensor/7'))} entries in its history)"
-    )
-    print(f"timestamp of seq 1: {fmt_ts(feed.timestamp(1))}")
+        table = base / "table"
+        source = f"grpc://{second.address}/{key.hex()}"
+        step(f"ingest from peer 2 with Spark into a managed Delta table at {table}")
+        t = time.monotonic()
+        spark = spark or spark_session(app_name="feedlog-demo")
+        spark.sparkContext.setLogLevel("ERROR")
+        print(f"local Spark {spark.version} up in {time.monotonic() - t:.1f}s")
+        r = ingest_batch(spark, [source], str(table), owner=owner.endpoint)
+        print(
+            f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s"
+        )
 
-    step("prove one entry to someone who has only the public key")
-    proof = feed.core.proof(4242)
-    verify_proof(proof, feed.key)
-    print(f"seq 4242 verified with {len(proof.path)} sibling hashes + {len(proof.roots)} roots and one signature")
+        step("append 5,000 more (with a 10-minute TTL), replicate, ingest again: only the new entries land")
+        _append(feed, 20_000, 5_000, ttl_ms=600_000)
+        push(path, Address.parse(f"grpc://{first.address}"))
+        _wait_length(second.address, key, feed.length)
+        r = ingest_batch(spark, [source], str(table))
+        print(f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries")
+        again = ingest_batch(spark, [source], str(table), progress=lambda _m: None)
+        print(f"ingest once more: {again.rows} entries, no commit (the txn markers say where each feed stopped)")
 
-    step("two hours later: the 5-minute entry has expired; compaction clears its payload")
-    clock.advance(2 * 3600 * 1000)
-    print(f"get /session/token -> {feed.get('/session/token')}")
-    rep = feed.compact()
-    print(f"compaction cleared {rep.cleared} blocks ({rep.bytes_cleared} bytes); Merkle nodes kept")
-    feed.close()
+        step("table history: every commit ratified by the owner, stamped with an in-commit timestamp")
+        dt = DeltaTable.open(table)
+        for h in reversed(dt.history()):
+            prov = (h.commit_info.get("feedlog") or {}).get("feeds") or []
+            what = "; ".join(f"seqs {p['from']}..{p['to'] - 1} signed at length {p['signed']['length']}" for p in prov)
+            print(f"  v{h.version}  ICT {fmt_ts(h.in_commit_timestamp)}  {h.operation:<12} {what}")
+        info = dt.info()
+        print(f"{info['rows']} rows in {info['files']} files; features {', '.join(info['features'])}")
 
-    step("reopen and verify every block against the signed root")
-    with Feed.open(path) as again:
-        v = again.verify()
-        print(f"ok: {v.length} blocks, {v.cleared} cleared, tree hash {v.tree_hash.hex()[:16]}...")
-    land_in_delta(path, base / "table")
-    print(f"\ndemo finished in {time.monotonic() - t0:.1f}s; files in {base}")
+        step("read it back with engines we did not write")
+        _outside_readers(table, info["rows"])
+
+        step("audit: rebuild the Merkle tree from the table's rows, check the signatures with the key")
+        _audit(table, key)
+
+        step("an hour later: TTL compaction (a Spark job) turns expired rows into tombstones")
+        feed.close()
+        res = expire(spark, str(table), now_ms=int(time.time() * 1000) + 3_600_000)
+        print(f"version {res.version}: {res.rows_cleared} rows cleared in {res.files_rewritten} rewritten files")
+        _audit(table, key)
+    finally:
+        step("shut down")
+        for s in reversed(servers):
+            s.stop(1)
+        print(f"demo finished in {time.monotonic() - t0:.1f}s; files in {base}")
 
 
-FEED_SCHEMA = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("key", pa.string()),
-        ("value", pa.binary()),
-        ("deleted", pa.bool_()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-    ]
-)
+def _audit(table: Path, key: bytes) -> None:
+    rep = audit_table(str(table), [key])
+    for f in rep.feeds:
+        print(
+            f"feed {f.key[:16]}...: {f.rows} rows = signed prefix 1..{f.signed_length - 1}, "
+            f"{f.signatures} signatures checked; missing {len(f.missing)}, extra {len(f.extra)}, "
+            f"altered {len(f.altered)} -> {'verified' if rep.ok else 'FAILED'}"
+        )
 
 
-def land_in_delta(feed_path: Path, table_path: Path) -> None:
-    step(f"land the feed in a managed Delta table at {table_path} (in-commit timestamps, exactly once)")
-    with Feed.open(feed_path) as feed:
-        live = [r for r in feed.records() if not r.cleared]
-        app_id, length = f"feed-{feed.key.hex()[:16]}", feed.length
-    batch = pa.table(
-        {
-            "seq": [r.seq for r in live],
-            "key": [r.key for r in live],
-            "value": [r.value for r in live],
-            "deleted": [r.deleted for r in live],
-            "timestamp": pa.array([r.timestamp for r in live], pa.timestamp("ms", tz="UTC")),
-        }
-    )
-    owner_db = table_path.parent / "owner.db"  # the embedded commit owner: one SQLite file
-    table = DeltaTable.create(table_path, FEED_SCHEMA, owner=str(owner_db))
-    print(f"commit owner: in process, state in {owner_db}; every commit staged, ratified, backfilled")
-    first = table.append(batch, txn=(app_id, length))
-    again = table.append(batch, txn=(app_id, length))  # a retried job: the txn marker makes it a no-op
-    ict = fmt_ts(first.in_commit_timestamp)
-    print(f"committed version {first.version} (ICT {ict}); the retried batch was skipped: {again.skipped}")
-    table.checkpoint()
-    info = table.info()
-    print(f"{info['rows']} rows in {info['files']} file(s); features {', '.join(info['features'])}")
-    for h in table.history():
-        print(f"  version {h.version}  {fmt_ts(h.timestamp)}  {h.operation}")
-    print(f"version at that ICT: {table.version_at(first.in_commit_timestamp or 0)}")
-    print(f"backfilled through version {info['backfilled_version']}: deltalake and DuckDB see it all")
+def _outside_readers(table: Path, rows: int) -> None:
+    try:
+        import deltalake
+    except ImportError:
+        print("deltalake is not installed (pip install 'feedlog[dev]'): skipped")
+    else:
+        dl = deltalake.DeltaTable(str(table))
+        n = dl.to_pyarrow_dataset().count_rows()
+        verdict = "agrees" if n == rows else "DIFFERS"
+        print(f"deltalake {deltalake.__version__}: version {dl.version()}, {n} rows ({verdict})")
+    try:
+        import duckdb
+        import duckdb_extension_delta
+    except ImportError:
+        print("duckdb / duckdb-extension-delta are not installed: skipped")
+        return
+    ext = next(Path(duckdb_extension_delta.__file__).parent.glob("extensions/*/delta.duckdb_extension"))
+    con = duckdb.connect()
+    con.execute(f"LOAD '{ext}'")
+    got = con.execute(
+        f"SELECT count(*), count(DISTINCT feed), min(timestamp), max(timestamp) FROM delta_scan('{table}')"
+    ).fetchone()
+    assert got is not None
+    n, feeds, first, last = got
+    print(f"DuckDB {duckdb.__version__}: {n} rows of {feeds} feed ({'agrees' if n == rows else 'DIFFERS'})")
+    print(f"  writer timestamps (fuzzed, untrusted) from {first} to {last}")

@@ -15,6 +15,9 @@ from typing import Any, NoReturn
 
 from .. import errors
 
+# gRPC core logs at INFO when Spark's launcher forks beside its threads; keep the CLI's stderr for errors
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 #: the one place library errors become exit codes (most specific first)
 EXIT_CODES: tuple[tuple[type[errors.FeedlogError], int], ...] = (
     (errors.InvalidArgument, 2),

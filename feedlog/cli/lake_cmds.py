@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -93,6 +94,32 @@ def cmd_audit(ns: argparse.Namespace) -> int:
     return 0 if report.ok else 5
 
 
+def cmd_expire(ns: argparse.Namespace) -> None:
+    from ..delta import DeltaTable
+    from ..lake.expire import expire
+    from ..log.timestamps import parse_duration
+
+    DeltaTable.open(ns.table)  # a missing table fails before Spark starts
+    every = parse_duration(ns.every) / 1000 if ns.every else None
+    if ns.rounds is not None and ns.rounds < 1:
+        raise InvalidArgument("--rounds must be >= 1")
+    spark = _session(ns)
+    rounds = 0
+    while True:
+        r = expire(spark, ns.table, token=ns.token)
+        rounds += 1
+        emit(
+            ns,
+            {"version": r.version, "files_rewritten": r.files_rewritten, "rows_cleared": r.rows_cleared},
+            f"version {r.version}: {r.rows_cleared} expired rows cleared in {r.files_rewritten} rewritten files"
+            if r.version is not None
+            else "nothing expired",
+        )
+        if every is None or (ns.rounds is not None and rounds >= ns.rounds):
+            return
+        time.sleep(every)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "ingest",
@@ -128,3 +155,17 @@ def register(sub: Any) -> None:
     a.add_argument("--version", type=int, help="audit this table version (default: the latest)")
     a.add_argument("--json", action="store_true")
     a.set_defaults(handler=cmd_audit)
+
+    e = sub.add_parser(
+        "expire",
+        help="TTL compaction of a feedlog table (a Spark job): expired rows become auditable tombstones",
+        description="Rewrite the files holding rows past expires_at: each keeps its seq and Merkle leaf hash "
+        "but loses value, block and stat; committed through the table's commit owner.",
+    )
+    e.add_argument("table", metavar="TABLE")
+    e.add_argument("--every", metavar="DURATION", help="run periodically, e.g. 10m (until Ctrl-C)")
+    e.add_argument("--rounds", type=int, help="with --every: stop after this many runs")
+    e.add_argument("--token", help="the table's owner token (default $FEEDLOG_OWNER_TOKEN or <TABLE>/_feedlog/)")
+    e.add_argument("--master", help="Spark master URL (default local[*])")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(handler=cmd_expire)

@@ -25,9 +25,10 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # local Spark binds its driver and block manager to loopback, not to whatever the host name resolves to
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+_LOG4J = os.path.join(os.path.dirname(__file__), "log4j2.properties")
 #: start-up settings measured to matter on small machines (FIELD-NOTES: ~2x faster cold start)
 SPARK_CONF = {
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    "spark.driver.extraJavaOptions": f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile={_LOG4J}",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",

@@ -1,28 +1,14 @@
-"""One real local Spark session for the whole run; feeds, peers and owners are real too."""
+"""Feeds for the lake tests (the one Spark session of the run is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from feedlog.log.crypto import KeyPair
 from feedlog.log.feed import Feed, Write
 
 KEY_A = KeyPair.from_seed(bytes([21]) * 32)
 KEY_B = KeyPair.from_seed(bytes([22]) * 32)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    from feedlog.lake import spark_session
-
-    s = spark_session("local[2]", "feedlog-tests")
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
 
 
 def make_feed(path: Path, n: int, *, kp: KeyPair = KEY_A, batch: int = 100, ttl: str | None = None) -> Feed:
