@@ -91,6 +91,11 @@ def plan(sources: Sequence[FeedSource], table: str) -> list[FeedPlan]:
     return out
 
 
+def _where(src: FeedSource) -> str:
+    """The spec executors get: local directories absolute (their working directory may differ)."""
+    return src.path or src.spec
+
+
 def _sink_options(owner: str | None, token: str | None) -> dict[str, str]:
     out = {}
     if owner:
@@ -110,6 +115,7 @@ def ingest_batch(
     progress: Progress = print,
 ) -> IngestResult:
     sources = parse_sources(",".join(specs))
+    table = str(Path(table).resolve())
     plans = plan(sources, table)
     for p in plans:
         progress(f"feed {p.source.key_hex[:16]}... ({p.source.spec}): seqs {p.start}..{p.end - 1}, {p.entries} new")
@@ -125,7 +131,7 @@ def ingest_batch(
     try:
         df = (
             spark.read.format(SOURCE)
-            .option("feeds", ",".join(p.source.spec for p in plans))
+            .option("feeds", ",".join(_where(p.source) for p in plans))
             .option("startingOffsets", offsets("start"))
             .option("endingOffsets", offsets("end"))
             .load()
@@ -138,7 +144,7 @@ def ingest_batch(
     seconds = time.monotonic() - t0
     t = DeltaTable.open(table, owner_token=table_token(table, token))
     last = t.history(1)[0]
-    done = all(t.txn_version(app_id(p.source.key_hex)) == p.end for p in plans)
+    done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans if p.entries)
     if not done:
         raise errors.Conflict("the commit did not record every feed's progress; rerun to finish")
     ours = {(p.source.key_hex, p.end) for p in plans if p.entries}
@@ -167,11 +173,12 @@ def ingest_stream(
     progress: Progress = print,
 ) -> IngestResult:
     sources = parse_sources(",".join(specs))
+    table = str(Path(table).resolve())
     starts = landed(table, sources)
-    ckpt = checkpoint_location or default_checkpoint(table, [s.spec for s in sources])
+    ckpt = checkpoint_location or default_checkpoint(table, [_where(s) for s in sources])
     reader = (
         spark.readStream.format(SOURCE)
-        .option("feeds", ",".join(s.spec for s in sources))
+        .option("feeds", ",".join(_where(s) for s in sources))
         .option("startingOffsets", json.dumps(starts))
     )
     if max_entries_per_trigger:
