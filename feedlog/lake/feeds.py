@@ -21,7 +21,6 @@ from ..errors import Corruption, InvalidArgument, NotFound
 from ..log import merkle
 from ..log.core import KEY_FILE, Core
 from ..log.entries import decode_header
-from ..log.merkle import TreeState
 from ..replication.client import SCHEME, Address, FeedClient
 from ..replication.verify import SegmentVerifier, Verified
 
@@ -155,12 +154,3 @@ def parse_sources(text: str) -> list[FeedSource]:
         seen.add(src.key)
         out.append(src)
     return out
-
-
-def state_json(state: TreeState) -> dict[str, object]:
-    return {
-        "length": state.length,
-        "fork": state.fork,
-        "tree_hash": state.tree_hash.hex(),
-        "signature": state.signature.hex(),
-    }

@@ -63,13 +63,6 @@ SCHEMA = pa.schema(
     ]
 )
 COLUMNS = tuple(SCHEMA.names)
-SPARK_DDL = (
-    "feed string not null, seq long not null, key string, value binary, deleted boolean, "
-    "timestamp timestamp, expires_at timestamp, "
-    f"stat struct<{', '.join(f'{f}: long' for f in STAT_FIELDS)}>, "
-    "cleared boolean not null, block binary, leaf_hash binary, size long not null, "
-    "signed struct<length: long, fork: long, tree_hash: binary, signature: binary, header: binary>"
-)
 
 
 def ts_us(ms: int | None) -> int | None:
@@ -142,7 +135,3 @@ class RowBuilder:
             arrays.append(pa.array(self._cols[name], SCHEMA.field(name).type))
         self._cols = {n: [] for n in COLUMNS if n != "feed"}
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
-
-
-def empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)

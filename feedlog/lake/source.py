@@ -35,13 +35,14 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from ..errors import InvalidArgument
 from ..log.entries import decode_header
 from .feeds import FeedSource, parse_sources
-from .rows import SPARK_DDL, RowBuilder
+from .rows import SCHEMA, RowBuilder
 
 FORMAT = "feedlog"
 DEFAULT_ENTRIES_PER_PARTITION = 200_000
@@ -90,14 +91,21 @@ def load_feeds(options: Mapping[str, str]) -> list[SourceFeed]:
     return out
 
 
-def resolve_offsets(spec: str | None, feeds: Sequence[SourceFeed], default: str, what: str) -> dict[str, int]:
-    """`earliest` / `latest` / N / {"key": N} as {key hex: length}, checked against the feeds."""
+def signed_lengths(feeds: Sequence[SourceFeed]) -> dict[str, int]:
+    """Each feed's signed length, asked once (one GetInfo per peer feed)."""
+    return {f.source.key_hex: f.source.signed_length() for f in feeds}
+
+
+def resolve_offsets(
+    spec: str | None, feeds: Sequence[SourceFeed], default: str, what: str, latest: Mapping[str, int]
+) -> dict[str, int]:
+    """`earliest` / `latest` / N / {"key": N} as {key hex: length}; `latest` holds the signed lengths."""
     text = (spec or default).strip()
     keys = [f.source.key_hex for f in feeds]
     if text == "earliest":
         return dict.fromkeys(keys, FIRST_SEQ)
     if text == "latest":
-        return {f.source.key_hex: f.source.signed_length() for f in feeds}
+        return dict(latest)
     given: dict[str, Any]
     if text.lstrip("-").isdigit():
         given = dict.fromkeys(keys, int(text))
@@ -116,7 +124,7 @@ def resolve_offsets(spec: str | None, feeds: Sequence[SourceFeed], default: str,
         k = f.source.key_hex
         v = given.get(k, FIRST_SEQ if default == "earliest" else None)
         if v is None:
-            v = f.source.signed_length()
+            v = latest[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise InvalidArgument(f"{what} for feed {k[:16]}... must be a length >= 0, not {v!r}")
         out[k] = max(v, FIRST_SEQ)
@@ -150,13 +158,14 @@ class FeedBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.feeds = load_feeds(options)
         self.per_partition = _int_option(options, "maxEntriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION)
-        self.start = resolve_offsets(options.get("startingOffsets"), self.feeds, "earliest", "startingOffsets")
-        self.end = resolve_offsets(options.get("endingOffsets"), self.feeds, "latest", "endingOffsets")
+        lengths = signed_lengths(self.feeds)
+        self.start = resolve_offsets(options.get("startingOffsets"), self.feeds, "earliest", "startingOffsets", lengths)
+        self.end = resolve_offsets(options.get("endingOffsets"), self.feeds, "latest", "endingOffsets", lengths)
         if (options.get("endingOffsets") or "").strip() == "earliest":
             raise InvalidArgument("endingOffsets cannot be earliest")
         for f in self.feeds:
             k = f.source.key_hex
-            length = f.source.signed_length()
+            length = lengths[k]
             if self.end[k] > length:
                 raise InvalidArgument(f"endingOffsets {self.end[k]} is past feed {k[:16]}...'s length {length}")
             if self.start[k] > self.end[k]:
@@ -182,7 +191,7 @@ class FeedStreamReader(DataSourceStreamReader):
             raise InvalidArgument("endingOffsets is for batch reads; a stream reads on as the feeds grow")
 
     def initialOffset(self) -> dict[str, int]:
-        return resolve_offsets(self.starting, self.feeds, "latest", "startingOffsets")
+        return resolve_offsets(self.starting, self.feeds, "latest", "startingOffsets", signed_lengths(self.feeds))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
@@ -225,8 +234,8 @@ class FeedDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
-        return SPARK_DDL
+    def schema(self) -> StructType:
+        return from_arrow_schema(SCHEMA)
 
     def reader(self, schema: StructType) -> FeedBatchReader:
         return FeedBatchReader(self.options)
