@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -89,6 +90,29 @@ def rpc_handler(service: Any, module: Any, name: str) -> grpc.GenericRpcHandler:
 
 def _serialize(m: Any) -> bytes:
     return bytes(m.SerializeToString())
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether `listen` (HOST:PORT) binds only this machine: 127.0.0.0/8, ::1 or localhost."""
+    host = listen.rpartition(":")[0].strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, empty (all interfaces), ...: assume the network can reach it
+        return False
+
+
+def require_tls_off_loopback(listen: str, tls: object | None, insecure: bool) -> None:
+    """Refuse to serve plaintext beyond this machine unless the operator said `--insecure`.
+
+    Tokens travel as call metadata: without TLS anyone on the path reads them.
+    """
+    if tls is None and not insecure and not is_loopback(listen):
+        raise InvalidArgument(
+            f"--listen {listen} is reachable from other machines: serve TLS (--tls-cert/--tls-key) "
+            "or pass --insecure to send credentials and data in the clear"
+        )
 
 
 class Credentials(Protocol):
