@@ -23,6 +23,7 @@ APPEND_ONLY = "appendOnly"
 MANAGED_COMMITS = "managedCommits"
 CHECKPOINT_PROTECTION = "checkpointProtection"
 INVARIANTS = "invariants"
+DOMAIN_METADATA = "domainMetadata"
 
 # Table properties.
 ENABLE_ICT = "delta.enableInCommitTimestamps"
@@ -207,6 +208,9 @@ class Add:
         return None if n is None else int(n)
 
     def remove(self, deletion_timestamp: int, data_change: bool = True) -> Remove:
+        # The deletion vector is half of the logical file's key; row tracking's ids carry over
+        # to the tombstone (PROTOCOL.md "Add File and Remove File", "Row Tracking").
+        carried = {k: v for k, v in self.extra.items() if k in REMOVE_CARRIES}
         return Remove(
             self.path,
             deletion_timestamp,
@@ -215,7 +219,13 @@ class Add:
             partition_values=self.partition_values,
             size=self.size,
             stats=self.stats,
+            tags=self.tags,
+            extra=carried,
         )
+
+
+#: the add fields a remove of the same file repeats
+REMOVE_CARRIES = ("deletionVector", "baseRowId", "defaultRowCommitVersion")
 
 
 @dataclass(frozen=True)
@@ -227,9 +237,11 @@ class Remove:
     partition_values: Mapping[str, str | None] | None = None
     size: int | None = None
     stats: str | None = None
+    tags: Mapping[str, str] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return _drop_none(
+        out = _drop_none(
             {
                 "path": self.path,
                 "deletionTimestamp": self.deletion_timestamp,
@@ -238,11 +250,24 @@ class Remove:
                 "partitionValues": None if self.partition_values is None else dict(self.partition_values),
                 "size": self.size,
                 "stats": self.stats,
+                "tags": None if self.tags is None else dict(self.tags),
             }
         )
+        out.update(self.extra)
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Remove:
+        known = {
+            "path",
+            "deletionTimestamp",
+            "dataChange",
+            "extendedFileMetadata",
+            "partitionValues",
+            "size",
+            "stats",
+            "tags",
+        }
         return cls(
             path=str(d["path"]),
             deletion_timestamp=d.get("deletionTimestamp"),
@@ -251,6 +276,8 @@ class Remove:
             partition_values=d.get("partitionValues"),
             size=d.get("size"),
             stats=d.get("stats"),
+            tags=d.get("tags"),
+            extra={k: v for k, v in d.items() if k not in known and v is not None},
         )
 
 
@@ -266,6 +293,29 @@ class Txn:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Txn:
         return cls(str(d["appId"]), int(d["version"]), d.get("lastUpdated"))
+
+
+@dataclass(frozen=True)
+class DomainMetadata:
+    """A named domain's configuration (PROTOCOL.md "Domain Metadata"); `removed` is a tombstone.
+
+    feedlog interprets no domain, but replay and checkpoints keep every one: writers must
+    preserve domains they do not understand (row tracking's high-water mark, clustering columns).
+    """
+
+    domain: str
+    configuration: str
+    removed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"domain": self.domain, "configuration": self.configuration, "removed": self.removed}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> DomainMetadata:
+        domain, conf, removed = d["domain"], d["configuration"], d.get("removed", False)
+        if not isinstance(domain, str) or not isinstance(conf, str) or not isinstance(removed, bool):
+            raise TypeError(f"domainMetadata needs a string domain and configuration and a boolean removed: {d}")
+        return cls(domain, conf, removed)
 
 
 @dataclass(frozen=True)
@@ -303,7 +353,7 @@ class CommitInfo:
         )
 
 
-Action = Protocol | Metadata | Add | Remove | Txn | CommitInfo
+Action = Protocol | Metadata | Add | Remove | Txn | DomainMetadata | CommitInfo
 
 _KEYS: dict[type[Action], str] = {
     Protocol: "protocol",
@@ -311,6 +361,7 @@ _KEYS: dict[type[Action], str] = {
     Add: "add",
     Remove: "remove",
     Txn: "txn",
+    DomainMetadata: "domainMetadata",
     CommitInfo: "commitInfo",
 }
 _PARSERS: dict[str, Callable[[Mapping[str, Any]], Action]] = {v: k.from_json for k, v in _KEYS.items()}
@@ -327,7 +378,7 @@ def encode_commit(actions: Iterable[Action]) -> bytes:
 
 
 def decode_commit(data: bytes, version: int) -> list[Action]:
-    """Parse one commit file; actions this library does not model (cdc, domainMetadata...) are skipped.
+    """Parse one commit file; actions no snapshot holds (cdc, and kinds from the future) are skipped.
 
     Anything that is not a JSON object per line, or a known action missing a
     required field, is a corrupt commit and the error names the version.

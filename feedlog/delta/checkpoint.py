@@ -5,6 +5,13 @@ types follow the protocol's checkpoint schema; the protocol versions are int32
 (readers such as delta-rs and DuckDB refuse int64 there) and `stats` stays a
 JSON string. Checkpoints hold no commitInfo, so the commit file at the
 checkpoint's version is always kept next to it (it carries that version's ICT).
+
+A checkpoint replaces the commits before it, so it carries every action and
+field the protocol defines whether feedlog interprets them or not: domain
+metadata, row tracking's `baseRowId` / `defaultRowCommitVersion`, clustering's
+`clusteringProvider`, deletion vectors, tags. File-action fields no protocol
+version defines get a column whose type is inferred from their JSON values;
+one that cannot be typed refuses the checkpoint rather than dropping it.
 """
 
 from __future__ import annotations
@@ -17,8 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import Corruption
-from .actions import Action, Add, Metadata, Protocol, Remove, Txn
+from ..errors import Corruption, Unsupported
+from .actions import Action, Add, DomainMetadata, Metadata, Protocol, Remove, Txn
 from .committer import LOG_DIR
 from .parquet import read_parquet, write_parquet
 from .replay import TableState
@@ -26,6 +33,16 @@ from .replay import TableState
 LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
+#: PROTOCOL.md "Deletion Vector Descriptor Schema"
+_DELETION_VECTOR = pa.struct(
+    [
+        ("storageType", pa.string()),
+        ("pathOrInlineDv", pa.string()),
+        ("offset", pa.int32()),
+        ("sizeInBytes", pa.int32()),
+        ("cardinality", pa.int64()),
+    ]
+)
 SCHEMA = pa.schema(
     [
         pa.field("txn", pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])),
@@ -40,6 +57,10 @@ SCHEMA = pa.schema(
                     ("dataChange", pa.bool_()),
                     ("stats", pa.string()),
                     ("tags", _STR_MAP),
+                    ("deletionVector", _DELETION_VECTOR),
+                    ("baseRowId", pa.int64()),
+                    ("defaultRowCommitVersion", pa.int64()),
+                    ("clusteringProvider", pa.string()),
                 ]
             ),
         ),
@@ -53,6 +74,9 @@ SCHEMA = pa.schema(
                     ("extendedFileMetadata", pa.bool_()),
                     ("partitionValues", _STR_MAP),
                     ("size", pa.int64()),
+                    ("deletionVector", _DELETION_VECTOR),
+                    ("baseRowId", pa.int64()),
+                    ("defaultRowCommitVersion", pa.int64()),
                 ]
             ),
         ),
@@ -82,8 +106,16 @@ SCHEMA = pa.schema(
                 ]
             ),
         ),
+        pa.field(
+            "domainMetadata",
+            pa.struct([("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]),
+        ),
     ]
 )
+#: checkpoint-only typed copies of `stats` / `partitionValues` (other writers' option): derived, not kept
+_DERIVED = ("stats_parsed", "partitionValues_parsed")
+#: remove fields checkpoints leave out: tombstones serve VACUUM only (PROTOCOL.md "Checkpoints")
+_TOMBSTONE_DROPS = ("stats", "tags")
 
 
 def checkpoint_path(version: int) -> str:
@@ -104,21 +136,60 @@ def _rows(state: TableState) -> Iterator[dict[str, Any]]:
     yield {"metaData": md}
     for t in state.txns.values():
         yield {"txn": t.to_json()}
+    for dm in state.domains.values():
+        yield {"domainMetadata": dm.to_json()}
     for a in state.files.values():
         yield {"add": {**a.to_json(), "partitionValues": _map(a.partition_values), "tags": _map(a.tags)}}
     for r in state.tombstones.values():
-        # checkpoint tombstones carry no stats or tags (PROTOCOL.md "Checkpoints")
         d = r.to_json()
-        d.pop("stats", None)
+        for key in _TOMBSTONE_DROPS:
+            d.pop(key, None)
         d["partitionValues"] = _map(r.partition_values)
         yield {"remove": d}
+
+
+def _schema_for(rows: list[dict[str, Any]]) -> pa.Schema:
+    """SCHEMA plus a column for each file-action field it does not define (so none is lost)."""
+    schema = SCHEMA
+    for kind in ("add", "remove"):
+        struct = schema.field(kind).type
+        known = {struct.field(i).name for i in range(struct.num_fields)}
+        unknown: dict[str, list[Any]] = {}
+        for row in rows:
+            for k in row.get(kind, {}):
+                if k not in known:
+                    unknown.setdefault(k, [])
+        if not unknown:
+            continue
+        fields = [struct.field(i) for i in range(struct.num_fields)]
+        for k in unknown:
+            values = [row[kind].get(k) if kind in row else None for row in rows]
+            try:
+                typ = pa.array(values).type
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+                raise Unsupported(
+                    f"{kind} field {k!r} (not in the Delta protocol) has values no checkpoint column can hold "
+                    f"({e}); refusing to write a checkpoint that would drop it"
+                ) from None
+            fields.append(pa.field(k, pa.string() if pa.types.is_null(typ) else typ))
+        schema = schema.set(schema.get_field_index(kind), pa.field(kind, pa.struct(fields)))
+    return schema
 
 
 def encode(state: TableState) -> tuple[bytes, int, int]:
     """(parquet bytes, number of actions, number of add actions) of a checkpoint of `state`."""
     rows = list(_rows(state))
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    table = pa.Table.from_pylist(rows, schema=_schema_for(rows))
     return write_parquet(table, "zstd"), len(rows), len(state.files)
+
+
+def _strip_nulls(value: Any) -> Any:
+    """A struct value as its JSON had it: Parquet fills absent struct fields with null."""
+    if isinstance(value, dict):
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
 
 
 def decode(data: bytes, version: int, columns: Sequence[str] | None = None) -> list[Action]:
@@ -142,17 +213,23 @@ def decode(data: bytes, version: int, columns: Sequence[str] | None = None) -> l
                 fmt["options"] = dict(fmt.get("options") or [])
                 row["format"] = fmt
             out.append(parse(row))
-        kinds: list[tuple[str, Any]] = [("txn", Txn.from_json), ("add", Add.from_json), ("remove", Remove.from_json)]
+        kinds: list[tuple[str, Any]] = [
+            ("txn", Txn.from_json),
+            ("domainMetadata", DomainMetadata.from_json),
+            ("add", Add.from_json),
+            ("remove", Remove.from_json),
+        ]
         for name, parse in kinds:
             if name not in table.column_names:
                 continue
             for row in table.column(name).to_pylist():
                 if row is None:
                     continue
-                row = {k: v for k, v in row.items() if v is not None}
-                for key in ("partitionValues", "tags"):
-                    if key in row:
-                        row[key] = dict(row[key])
+                maps = {k: dict(row[k]) for k in ("partitionValues", "tags") if row.get(k) is not None}
+                row = {
+                    k: _strip_nulls(v) for k, v in row.items() if v is not None and k not in maps and k not in _DERIVED
+                }
+                row.update(maps)  # a null partition value is a value, not an absent field
                 out.append(parse(row))
     except (KeyError, TypeError, ValueError) as e:
         raise Corruption(f"checkpoint {version} has a malformed action: {e!r}") from None

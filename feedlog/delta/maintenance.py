@@ -76,20 +76,32 @@ def _retention(conf: Mapping[str, str], key: str, default: int) -> int:
     return default if value is None else parse_interval(value)
 
 
+def check_maintainable(protocol: Protocol, what: str) -> None:
+    """Maintenance writes the log like any commit: a table feedlog may not write is left alone.
+
+    A checkpoint or cleanup by a writer that does not know a feature can destroy what the
+    feature keeps in the log (row tracking's high-water mark, clustering domains...).
+    """
+    try:
+        check_writable(protocol)
+    except Unsupported as e:
+        raise Unsupported(f"refusing to write the table ({what}): {e}") from None
+
+
 def write_checkpoint(table: DeltaTable, version: int | None = None) -> int:
     """Write a V1 classic checkpoint of `version` (default latest) and point `_last_checkpoint` at it."""
     storage = table.storage
     listing = list_log(storage)  # the backfilled log only: a checkpoint needs `_delta_log/<v>.json`
-    if version is not None and version > listing.latest:
-        protocol, metadata = load_protocol_metadata(storage, listing)
-        if Binding.of(protocol, metadata) is not None:
-            raise InvalidArgument(
-                f"version {version} is not backfilled yet (backfilled through {listing.latest}): "
-                "backfill before checkpointing it"
-            )
+    protocol, metadata = load_protocol_metadata(storage, listing)
+    check_maintainable(protocol, "checkpoint")
+    if version is not None and version > listing.latest and Binding.of(protocol, metadata) is not None:
+        raise InvalidArgument(
+            f"version {version} is not backfilled yet (backfilled through {listing.latest}): "
+            "backfill before checkpointing it"
+        )
     state = load_state(storage, listing, version)
     assert state.metadata is not None and state.protocol is not None
-    boundary = protection_boundary(*load_protocol_metadata(storage, listing))
+    boundary = protection_boundary(protocol, metadata)
     if state.version < boundary:
         try:  # requirement (b): only a protocol we fully support may be checkpointed
             check_writable(state.protocol)
@@ -119,6 +131,7 @@ def cleanup_log(table: DeltaTable, retain_ms: int | None = None) -> list[str]:
     storage = table.storage
     listing = list_log(storage)  # backfilled commits only, so the newest backfilled one is always kept
     protocol, metadata = load_protocol_metadata(storage, listing)
+    check_maintainable(protocol, "cleanup")
     if retain_ms is None:
         retain_ms = _retention(metadata.configuration, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
     if retain_ms < 0:

@@ -1,7 +1,8 @@
 """Log replay (PROTOCOL.md "Action Reconciliation") and the in-commit-timestamp rules. Pure, no I/O.
 
 `TableState` is the table at one version: protocol, metadata, live files,
-unexpired tombstones and the latest `txn` version per appId. `apply` folds one
+unexpired tombstones, the latest `txn` version per appId and the latest
+`domainMetadata` per domain (removed ones dropped). `apply` folds one
 commit into it and checks what every commit must satisfy, so a corrupt or
 non-conforming commit is reported with its version wherever it is read.
 """
@@ -15,6 +16,7 @@ from ..errors import Corruption, Unsupported
 from .actions import (
     APPEND_ONLY,
     CHECKPOINT_PROTECTION,
+    DOMAIN_METADATA,
     ENABLE_ICT,
     ICT,
     ICT_DRAFT,
@@ -25,6 +27,7 @@ from .actions import (
     Action,
     Add,
     CommitInfo,
+    DomainMetadata,
     Metadata,
     Protocol,
     Remove,
@@ -42,6 +45,8 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         INVARIANTS,
         MANAGED_COMMITS,
         CHECKPOINT_PROTECTION,
+        # feedlog writes no domain, and replay and checkpoints carry every domain through untouched
+        DOMAIN_METADATA,
         "timestampNtz",
         "vacuumProtocolCheck",
     }
@@ -120,6 +125,8 @@ class TableState:
     files: dict[str, Add] = field(default_factory=dict)
     tombstones: dict[str, Remove] = field(default_factory=dict)
     txns: dict[str, Txn] = field(default_factory=dict)
+    #: live domains (PROTOCOL.md "Action Reconciliation": the latest per domain, tombstones dropped)
+    domains: dict[str, DomainMetadata] = field(default_factory=dict)
     #: commitInfo of the commit at `version` (not in checkpoints: read from that commit's file)
     commit_info: CommitInfo | None = None
 
@@ -131,6 +138,7 @@ class TableState:
             dict(self.files),
             dict(self.tombstones),
             dict(self.txns),
+            dict(self.domains),
             self.commit_info,
         )
 
@@ -149,6 +157,8 @@ class TableState:
                 state.tombstones[a.path] = a
             elif isinstance(a, Txn):
                 state.txns[a.app_id] = a
+            elif isinstance(a, DomainMetadata) and not a.removed:
+                state.domains[a.domain] = a
         if state.protocol is None or state.metadata is None:
             raise Corruption(f"checkpoint {version} lacks the protocol or metaData action")
         check_readable(state.protocol)
@@ -190,6 +200,11 @@ class TableState:
                 self.tombstones[a.path] = a
             elif isinstance(a, Txn):
                 self.txns[a.app_id] = a
+            elif isinstance(a, DomainMetadata):
+                if a.removed:
+                    self.domains.pop(a.domain, None)
+                else:
+                    self.domains[a.domain] = a
         self.version = version
 
     def _check_ict(self, version: int, actions: Sequence[Action], previous_ict: int | None) -> None:

@@ -96,6 +96,10 @@ class Snapshot:
             total += n
         return total
 
+    def domain_metadata(self) -> dict[str, str]:
+        """Each live metadata domain's configuration (feedlog keeps them; it interprets none)."""
+        return {d: m.configuration for d, m in sorted(self.state.domains.items())}
+
     def txn_version(self, app_id: str) -> int | None:
         """The last committed `txn` version of `app_id` (exactly-once bookkeeping), None if never."""
         t = self.state.txns.get(app_id)

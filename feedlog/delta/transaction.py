@@ -173,6 +173,8 @@ class Transaction:
 
     def commit(self) -> CommitResult:
         table = self.table
+        if self.base.protocol is not None:  # the table as it is: upgrading its protocol must not hide a feature
+            check_writable(self.base.protocol)
         check_writable(self._protocol(self.base))
         base = self.base.copy()
         for attempt in range(1, table.max_commit_attempts + 1):

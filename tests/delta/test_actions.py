@@ -9,6 +9,7 @@ from feedlog.delta.actions import (
     Action,
     Add,
     CommitInfo,
+    DomainMetadata,
     Metadata,
     Protocol,
     Remove,
@@ -53,6 +54,9 @@ def test_every_action_round_trips():
         Txn("app", 9, 3),
         Remove("a.parquet", 10, True, True, {"p": None}, 12, '{"numRecords":1}'),
         Add("b.parquet", {"p": "x"}, 3, 4, False, None, {"tag": "v"}, {"baseRowId": 7}),
+        Remove("c.parquet", 10, True, None, None, None, None, {"t": "1"}, {"baseRowId": 3, "deletionVector": {}}),
+        DomainMetadata("delta.rowTracking", '{"rowIdHighWaterMark":4}', False),
+        DomainMetadata("com.example", "", True),
     ]
     assert decode_commit(encode_commit(actions), 0) == actions
 
@@ -64,8 +68,9 @@ def test_unknown_actions_and_fields_are_tolerated():
         b'{"domainMetadata":{"domain":"d","configuration":"{}","removed":false}}\n'
         b'{"add":{"path":"a","partitionValues":{},"size":1,"modificationTime":2,"dataChange":true,"newField":3}}\n'
     )
-    info, add = decode_commit(data, 4)
+    info, domain, add = decode_commit(data, 4)  # cdc is skipped; domainMetadata is kept (issue 13 item 11)
     assert isinstance(info, CommitInfo) and info.in_commit_timestamp == 1 and info.extra == {"whatever": {"a": 1}}
+    assert domain == DomainMetadata("d", "{}", False)
     assert isinstance(add, Add) and add.extra == {"newField": 3}
     assert json.loads(encode_commit([add]))["add"]["newField"] == 3
 
