@@ -395,7 +395,12 @@ class DeltaTable:
     # writing
 
     def transaction(self, operation: str = "WRITE") -> Transaction:
-        return Transaction(self, self._latest(), operation)
+        """A write on the latest state; Unsupported at once, before any data file is written,
+        if the table has a feature feedlog cannot honour when writing (TTL compaction, the sink)."""
+        base = self._latest()
+        assert base.protocol is not None
+        check_writable(base.protocol)
+        return Transaction(self, base, operation)
 
     def write_files(self, data: pa.Table | pa.RecordBatch, snapshot: Snapshot | None = None) -> list[Add]:
         """Write data files for `data` without committing them (what executors do)."""

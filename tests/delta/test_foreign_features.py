@@ -186,6 +186,7 @@ def test_every_other_write_path_refuses_unsupported_writer_features(row_tracking
     before = _log_snapshot(row_tracking_table)
     t = DeltaTable.open(row_tracking_table)
     for write in (
+        t.transaction,  # what TTL compaction and the Spark sink start from, before writing data files
         t.enable_ict,
         lambda: t.set_properties({"x": "y"}),
         lambda: t.convert_to_managed(str(row_tracking_table / "owner.db")),
