@@ -46,6 +46,9 @@ def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Any]:
     if r.cleared:
         out["cleared"] = True
         return out
+    if r.invalid is not None:  # signed by the author but not an entry: shown raw, never decoded
+        out.update(invalid=r.invalid, block=(r.block or b"").hex())
+        return out
     out.update(
         key=r.key,
         value=None if r.value is None else r.value.hex(),
@@ -64,6 +67,8 @@ def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Any]:
 def record_line(r: Record, now_ms: int) -> str:
     if r.cleared:
         return f"{r.seq}\t(cleared by compaction)"
+    if r.invalid is not None:
+        return f"{r.seq}\t(invalid: {r.invalid})\t0x{(r.block or b'').hex()}"
     if r.stat is not None:
         what = json.dumps(r.stat, separators=(",", ":"))
     else:

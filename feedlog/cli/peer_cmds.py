@@ -153,7 +153,11 @@ def cmd_tail(ns: argparse.Namespace) -> None:
                     seq = batch.start + k
                     if seq == 0:
                         continue
-                    r = entries.cleared_record(seq) if block is None else entries.decode_entry(content_type, seq, block)
+                    r = (
+                        entries.cleared_record(seq)
+                        if block is None
+                        else entries.decode_record(content_type, seq, block)
+                    )
                     if ns.json:
                         print(json_line(record_json(r, 0)), flush=True)
                     else:

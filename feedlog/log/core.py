@@ -48,6 +48,13 @@ MAX_BLOCK_BYTES = 8 << 20
 _EMPTY_HASH = merkle.roots_hash([])
 
 
+def check_block_sizes(start: int, blocks: Sequence[bytes | None]) -> None:
+    """Refuse a batch holding a block over `MAX_BLOCK_BYTES`: no Read could ever serve it (issue 13 item 6)."""
+    for n, block in enumerate(blocks):
+        if block is not None and len(block) > MAX_BLOCK_BYTES:
+            raise InvalidArgument(f"block {start + n} is {len(block)} bytes; the limit is {MAX_BLOCK_BYTES}")
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """Consecutive blocks of one signed append batch, as replication sends them.
@@ -206,6 +213,7 @@ class Core:
             raise ReadOnly(f"{self.path}: opened read-only")
         with self.lock:
             start = self._state.length
+            check_block_sizes(start, blocks)
             created, roots = merkle.append_leaves(self._roots, start, blocks)
             th = merkle.roots_hash(roots)
             length = start + len(blocks)
@@ -225,6 +233,7 @@ class Core:
             start = self._state.length
             if state.length != start + len(blocks):
                 raise InvalidArgument(f"batch of {len(blocks)} at length {start} cannot reach length {state.length}")
+            check_block_sizes(start, blocks)
             created, roots = merkle.append_leaves(self._roots, start, blocks)
             if merkle.roots_hash(roots) != state.tree_hash:
                 raise Corruption(f"blocks {start}..{state.length - 1} do not hash to the signed tree hash")
@@ -256,6 +265,7 @@ class Core:
                 raise Conflict(f"the feed is at fork {self._state.fork}, the append is for fork {fork}")
             if not blocks:
                 raise InvalidArgument("cannot append an empty batch")
+            check_block_sizes(start, blocks)
             created, roots, state = merkle.signed_append(self._roots, start, blocks, signature, fork, self.verifier)
             min_ts, max_ts = inspect() if inspect is not None else (0, 0)
             self._commit(start, blocks, created, roots, state, min_ts, max_ts)

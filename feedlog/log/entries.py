@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from google.protobuf.message import DecodeError, EncodeError
+from google.protobuf.message import DecodeError, EncodeError, Message
 
 from ..errors import Corruption, InvalidArgument
 from ..pb import drive_pb2, hyperdb_pb2
@@ -57,6 +57,8 @@ class Record:
     stat: dict[str, int] | None = None
     cleared: bool = False
     block: bytes | None = field(default=None, repr=False)
+    #: why the block is not a valid entry (its author signed it anyway); None for a valid one
+    invalid: str | None = None
 
     def expired(self, now_ms: int) -> bool:
         return self.expires_at is not None and now_ms > self.expires_at
@@ -114,22 +116,48 @@ def encode_entry(
         raise InvalidArgument(f"cannot encode entry: {err}") from None
 
 
-def decode_entry(content_type: str, seq: int, block: bytes) -> Record:
+def _missing(msg: Message) -> str:
+    """The required fields `msg` lacks (a runtime method of every message; the stubs omit it)."""
+    return ", ".join(cast(Any, msg).FindInitializationErrors())
+
+
+def _parse(content_type: str, seq: int, block: bytes) -> tuple[hyperdb_pb2.InflatedEntry, drive_pb2.DriveEvent | None]:
+    """The block's `InflatedEntry` (and `DriveEvent`, in drive feeds); `Corruption` says why it is none.
+
+    The one definition of a valid entry block, for writers (`scan_blocks`) and
+    readers (`decode_entry`) alike. upb's parser neither enforces proto2
+    `required` fields nor UTF-8 in proto2 strings (an invalid `key` comes back
+    as bytes), so both are checked here.
+    """
     e = hyperdb_pb2.InflatedEntry()
     try:
         e.ParseFromString(block)
     except DecodeError as err:
         raise Corruption(f"block {seq} is not an entry: {err}") from None
+    if not e.IsInitialized():
+        raise Corruption(f"block {seq} is not an entry (missing {_missing(e)})")
+    if not isinstance(e.key, str):
+        raise Corruption(f"block {seq} has a key that is not UTF-8 ({bytes(e.key)[:32].hex()})")
+    if content_type != DRIVE_EVENT:
+        return e, None
+    ev = drive_pb2.DriveEvent()
+    try:
+        ev.ParseFromString(e.value)
+    except DecodeError as err:
+        raise Corruption(f"block {seq} holds no DriveEvent: {err}") from None
+    if not ev.IsInitialized():
+        raise Corruption(f"block {seq} holds an incomplete DriveEvent (missing {_missing(ev)})")
+    return e, ev
+
+
+def decode_entry(content_type: str, seq: int, block: bytes) -> Record:
+    """The entry in `block`; `Corruption` if it is not a valid one (see `decode_record` for readers)."""
+    e, ev = _parse(content_type, seq, block)
     value = e.value if e.HasField("value") else None
     ts = e.timestamp if e.HasField("timestamp") else None
     stat: dict[str, int] | None = None
     deleted = e.deleted
-    if content_type == DRIVE_EVENT:
-        ev = drive_pb2.DriveEvent()
-        try:
-            ev.ParseFromString(value or b"")
-        except DecodeError as err:
-            raise Corruption(f"block {seq} holds no DriveEvent: {err}") from None
+    if ev is not None:
         if ev.HasField("timestamp"):
             ts = ev.timestamp
         if ev.HasField("stat"):
@@ -148,17 +176,29 @@ def decode_entry(content_type: str, seq: int, block: bytes) -> Record:
     )
 
 
+def decode_record(content_type: str, seq: int, block: bytes) -> Record:
+    """The entry in `block`, or a record marked `invalid` (with the raw block) if it holds none.
+
+    For readers of a whole feed: a signed block is part of the log whatever it
+    holds (a replica stores what its author signed), so one bad block must not
+    make the others unreadable.
+    """
+    try:
+        return decode_entry(content_type, seq, block)
+    except Corruption as e:
+        return Record(seq, "", None, False, None, None, block=block, invalid=str(e))
+
+
 def scan_blocks(content_type: str, start: int, blocks: Sequence[bytes | None], *, strict: bool) -> tuple[int, int]:
     """(min, max) writer timestamp of blocks `start...` (0, 0: none), for a batch signed elsewhere.
 
-    Block 0 is the header. `strict` (a writer's append) raises `InvalidArgument`
-    for a block that is not a valid entry of `content_type`; otherwise (a
-    replicated batch, already signed by its author) such a block is just data.
+    Block 0 is the header. `strict` (a writer's append: locally, or a key
+    holder's `Append` to a peer) raises `InvalidArgument` for a block that is
+    not a valid entry of `content_type` (`_parse`), or whose key is empty, as
+    `Feed.append` refuses; otherwise (a replicated batch, already signed by its
+    author) such a block is just data, shown as invalid to readers.
     """
     lo = hi = 0
-    e = hyperdb_pb2.InflatedEntry()
-    ev = drive_pb2.DriveEvent()
-    drive = content_type == DRIVE_EVENT
     for n, block in enumerate(blocks):
         seq = start + n
         if block is None:
@@ -169,14 +209,14 @@ def scan_blocks(content_type: str, start: int, blocks: Sequence[bytes | None], *
                 if decode_header(block) != content_type:
                     raise Corruption(f"block 0 declares a {decode_header(block)} feed, not {content_type}")
                 continue
-            # the timestamp alone, without building a Record: this runs for every replicated block
-            e.ParseFromString(block)
-            if drive:
-                ev.ParseFromString(e.value)
+            e, ev = _parse(content_type, seq, block)
+            if strict and not e.key:
+                raise Corruption(f"block {seq} has an empty key")
+            if ev is not None:
                 ts = ev.timestamp if ev.HasField("timestamp") else None
             elif e.HasField("timestamp"):
                 ts = e.timestamp
-        except (DecodeError, Corruption) as err:
+        except Corruption as err:
             if strict:
                 raise InvalidArgument(f"block {seq} is not a valid {content_type}: {err}") from None
             continue

@@ -24,7 +24,7 @@ from typing import Any
 from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument
 from . import entries, storage
-from .core import Core, VerifyReport
+from .core import MAX_BLOCK_BYTES, Core, VerifyReport
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record
 from .merkle import TreeState
@@ -215,11 +215,14 @@ class Feed:
             ts = policy.apply(now)
             ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
             expires = policy.expiry(now, ts, ttl) if ttl and not w.deleted else None
-            blocks.append(
-                entries.encode_entry(
-                    self.content_type, w.key, w.value, deleted=w.deleted, timestamp=ts, expires_at=expires
-                )
+            block = entries.encode_entry(
+                self.content_type, w.key, w.value, deleted=w.deleted, timestamp=ts, expires_at=expires
             )
+            if len(block) > MAX_BLOCK_BYTES:
+                raise InvalidArgument(
+                    f"the entry for key {w.key[:100]!r} is {len(block)} bytes encoded; the limit is {MAX_BLOCK_BYTES}"
+                )
+            blocks.append(block)
             stamps.append((ts, expires))
         return blocks, stamps
 
@@ -298,7 +301,7 @@ class Feed:
         block = self.core.get(seq)
         if block is None:
             return entries.cleared_record(seq)
-        return entries.decode_entry(self.content_type, seq, block)
+        return entries.decode_record(self.content_type, seq, block)
 
     def records(self, start: int = 1, end: int | None = None) -> Iterator[Record]:
         """Entries [start, end) in seq order; cleared blocks come back with `cleared=True`."""
@@ -307,7 +310,7 @@ class Feed:
             if block is None:
                 yield entries.cleared_record(seq)
             else:
-                yield entries.decode_entry(self.content_type, seq, block)
+                yield entries.decode_record(self.content_type, seq, block)
 
     def timestamp(self, seq: int) -> int | None:
         """The writer timestamp of `seq` (untrusted data: may be absent, out of order, 1970...)."""
@@ -317,7 +320,7 @@ class Feed:
         if self._keys is None:
             keys: dict[str, list[int]] = {}
             for r in self.records():
-                if not r.cleared:
+                if not r.cleared and r.invalid is None:
                     keys.setdefault(r.key, []).append(r.seq)
             self._keys = keys
         return self._keys
@@ -348,8 +351,8 @@ class Feed:
         latest: dict[str, int] = {}
         victims: set[int] = set()
         for r in self.records():
-            if r.cleared:
-                continue
+            if r.cleared or r.invalid is not None:
+                continue  # an invalid block has no key or expiry to judge it by: it stays
             if r.expired(now):
                 victims.add(r.seq)
             elif overwritten and r.key in latest:
