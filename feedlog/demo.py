@@ -67,6 +67,7 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
         first = PeerServer(base / "peer1").start()
         servers.append(first)
         print(f"commit owner {owner.endpoint} (SQLite {base / 'owner.db'}); peer 1 at {first.address}")
+        print(f"peer 1's write token (pushes of new feeds, server-side puts) is in {first.token_file}")
 
         path = base / "feed"
         step(f"create a feed at {path}: writer timestamps fuzzed by up to 30s, a 1-day default TTL")
@@ -82,7 +83,7 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
         print(f"seq 4242 proven with {len(proof.path)} sibling hashes, {len(proof.roots)} roots and one signature")
 
         step("push it to peer 1; peer 2 follows peer 1 and verifies every batch it copies")
-        push(path, Address.parse(f"grpc://{first.address}"))
+        push(path, Address.parse(f"grpc://{first.address}"), token=first.token)
         second = PeerServer(base / "peer2", follow=[Address.parse(f"grpc://{first.address}/{key.hex()}")]).start()
         servers.append(second)
         _wait_length(second.address, key, feed.length)
@@ -102,7 +103,7 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
 
         step("append 5,000 more (with a 10-minute TTL), replicate, ingest again: only the new entries land")
         _append(feed, 20_000, 5_000, ttl_ms=600_000)
-        push(path, Address.parse(f"grpc://{first.address}"))
+        push(path, Address.parse(f"grpc://{first.address}"), token=first.token)
         _wait_length(second.address, key, feed.length)
         r = ingest_batch(spark, [source], str(table))
         print(f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries")

@@ -48,6 +48,10 @@ class PermissionDenied(FeedlogError):
     """The caller lacks the credential this needs (e.g. a managed table's owner token)."""
 
 
+class Unauthenticated(PermissionDenied):
+    """The call needs credentials (a write token, a client certificate) and none came with it."""
+
+
 class Unsupported(FeedlogError):
     """Valid data that needs a capability this version of feedlog lacks (e.g. a Delta table feature)."""
 
@@ -56,3 +60,11 @@ class Unavailable(FeedlogError):
     """A transient failure (I/O, network); retrying later can help."""
 
     retryable = True
+
+
+class ResourceExhausted(Unavailable):
+    """The caller is over a rate or capacity limit; retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

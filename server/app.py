@@ -2,7 +2,13 @@
 
     peer = PeerServer("data", "127.0.0.1:0").start()   # port 0: pick a free one
     peer.address                                        # "127.0.0.1:43817"
+    peer.token                                          # the write token it generated (data/_peer/write-token)
     peer.stop()
+
+Server-side writes (Put, PutStream, Create) and pushes of new feeds need a
+principal (server/auth.py): a token from `write_tokens`, or a client
+certificate under mutual TLS. A peer given neither generates a token once and
+keeps it in DATA/_peer/write-token (mode 0600).
 
 `serve_forever` is what `feedlog serve` runs: it stops on SIGTERM/SIGINT,
 letting in-flight calls finish and committing queued puts; every
@@ -22,6 +28,7 @@ from feedlog.errors import InvalidArgument, Unavailable
 from feedlog.pb import feeds_pb2
 from feedlog.replication.client import Address, Tls
 
+from .auth import DEFAULT_CREATE_RATE, DEFAULT_WRITE_RATE, Guard, Rate, generated_token, token_hashes
 from .events import event
 from .follower import Follower
 from .host import FeedHost
@@ -62,7 +69,10 @@ class PeerServer:
         tls: ServerTls | None = None,
         follow: Sequence[Address] = (),
         follow_tls: Tls | None = None,
-        accept_new: bool = True,
+        accept_new: bool = False,
+        write_tokens: Sequence[str] | None = None,
+        write_rate: Rate = DEFAULT_WRITE_RATE,
+        create_rate: Rate = DEFAULT_CREATE_RATE,
         fsync: bool = True,
         max_streams: int = 64,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -73,6 +83,13 @@ class PeerServer:
         self.follow = list(follow)
         self.follow_tls = follow_tls
         self.accept_new = accept_new
+        # None: generate (or reuse) DATA/_peer/write-token unless clients authenticate with certificates;
+        # lines as in a token file (a token, or sha256:HEX)
+        self.write_tokens = write_tokens
+        self.write_rate = write_rate
+        self.create_rate = create_rate
+        self.token: str | None = None  # the generated token, for in-process clients
+        self.token_file: Path | None = None
         self.fsync = fsync
         self.max_streams = max_streams
         self.max_message_bytes = max_message_bytes
@@ -86,9 +103,22 @@ class PeerServer:
         return f"{host}:{self.port}"
 
     def start(self) -> PeerServer:
+        client_certs = bool(self.tls and self.tls.client_ca)
+        hashes = token_hashes(self.write_tokens or ())
+        if self.write_tokens is None and not client_certs:
+            self.token_file, self.token = generated_token(self.data)
+            hashes = token_hashes([self.token])
+            event("write_token", file=str(self.token_file))  # where it is, never the token itself
+        guard = Guard(
+            hashes,
+            client_certs=client_certs,
+            accept_new=self.accept_new,
+            write_rate=self.write_rate,
+            create_rate=self.create_rate,
+        )
         self.host = FeedHost(self.data, accept_new=self.accept_new, fsync=self.fsync)
         workers = self.max_streams + 32  # streams are capped at max_streams: unary calls always find a thread
-        self.service = FeedsService(self.host, max_streams=self.max_streams, stopping=self.stopping)
+        self.service = FeedsService(self.host, max_streams=self.max_streams, stopping=self.stopping, guard=guard)
         try:
             self.server, self.port, self.health = start_server(
                 self.listen,
@@ -108,7 +138,9 @@ class PeerServer:
             address=self.address,
             data=str(self.data),
             feeds=len(self.host),
-            tls="mutual" if self.tls and self.tls.client_ca else bool(self.tls),
+            tls="mutual" if client_certs else bool(self.tls),
+            write_auth=guard.how,
+            accept_new=self.accept_new,
             following=[str(a) for a in self.follow],
         )
         return self

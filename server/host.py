@@ -58,7 +58,7 @@ class HostedFeed:
 
 
 class FeedHost:
-    def __init__(self, root: str | Path, *, accept_new: bool = True, fsync: bool = True) -> None:
+    def __init__(self, root: str | Path, *, accept_new: bool = False, fsync: bool = True) -> None:
         self.root = Path(root)
         self.accept_new = accept_new
         self.fsync = fsync
@@ -106,9 +106,15 @@ class FeedHost:
         event("feed_created", feed=key.hex(), owned=False)
         return hf
 
-    def accept(self, key: bytes, blocks: list[bytes], signature: bytes, fork: int) -> HostedFeed:
-        """A signed append at length 0 to a feed not hosted yet: checked *before* anything is created."""
-        if not self.accept_new:
+    def accept(
+        self, key: bytes, blocks: list[bytes], signature: bytes, fork: int, *, authorized: bool = False
+    ) -> HostedFeed:
+        """A signed append at length 0 to a feed not hosted yet: checked *before* anything is created.
+
+        `authorized`: the caller already applied the peer's creation policy (server/auth.py);
+        otherwise only a host made with accept_new takes new feeds.
+        """
+        if not (self.accept_new or authorized):
             raise NotFound(f"this peer does not host feed {key.hex()} and does not accept new feeds")
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")

@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
-    md = getattr(err, "metadata", None)
+    md = (*(getattr(err, "metadata", None) or ()), *wire.error_metadata(err))
     if md:
         context.set_trailing_metadata(md)
     context.abort(wire.status_of(err), str(err))

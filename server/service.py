@@ -26,6 +26,7 @@ from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
 from feedlog.replication import wire
 
+from .auth import Guard
 from .events import event
 from .group_commit import Result
 from .host import FeedHost, HostedFeed
@@ -65,8 +66,16 @@ def streaming(long_lived: bool) -> Callable[[F], F]:
 
 
 class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untyped
-    def __init__(self, host: FeedHost, *, max_streams: int = 64, stopping: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        host: FeedHost,
+        *,
+        max_streams: int = 64,
+        stopping: threading.Event | None = None,
+        guard: Guard | None = None,
+    ) -> None:
         self.host = host
+        self.guard = guard or Guard()  # no credentials configured: no server-side writes
         self.max_streams = max_streams
         self._streams = threading.BoundedSemaphore(max_streams)
         self.stopping = stopping or threading.Event()
@@ -116,6 +125,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     @unary
     def Create(self, request: pb.CreateRequest, context: grpc.ServicerContext) -> pb.FeedInfo:
+        self.guard.creates.charge(self.guard.writer(context, "Create"))
         hf = self.host.create(request.content_type, request.timestamps, request.ttl or None)
         return self._info(hf, True)
 
@@ -125,9 +135,10 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     @unary
     def Append(self, request: pb.AppendRequest, context: grpc.ServicerContext) -> pb.AppendResponse:
-        return self._append(request)
+        return self._append(request, context)
 
-    def _append(self, request: pb.AppendRequest) -> pb.AppendResponse:
+    def _append(self, request: pb.AppendRequest, context: grpc.ServicerContext) -> pb.AppendResponse:
+        principal = self.guard.appender(context)
         key = wire.check_key(request.key)
         blocks = list(request.blocks)
         try:
@@ -135,7 +146,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         except NotFound:
             if request.expected_length != 0:
                 raise
-            hf = self.host.accept(key, blocks, request.signature, request.fork)
+            self.guard.may_create(context, principal, key)
+            hf = self.host.accept(key, blocks, request.signature, request.fork, authorized=True)
         try:
             state = hf.feed.append_with_signature(request.expected_length, blocks, request.signature, fork=request.fork)
         except Conflict as e:
@@ -147,6 +159,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     @unary
     def Put(self, request: pb.PutRequest, context: grpc.ServicerContext) -> pb.PutResponse:
+        self.guard.writer(context, "Put")
         fut = self._submit(request)
         return self._put_response(fut, context.time_remaining())
 
@@ -182,12 +195,13 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         for request in request_iterator:
             if self.stopping.is_set():
                 raise Unavailable("the peer is shutting down; reconnect to it or another peer")
-            yield self._append(request)
+            yield self._append(request, context)
 
     @streaming(long_lived=True)
     def PutStream(
         self, request_iterator: Iterator[pb.PutRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.PutResponse]:
+        principal = self.guard.writer(context, "PutStream")
         # a pump thread submits requests as they arrive (pipelining); acks go back in order
         acks: queue.Queue[Future[Result] | FeedlogError | None] = queue.Queue(maxsize=256)
 
@@ -196,6 +210,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                 for request in request_iterator:
                     if self.stopping.is_set():  # what was submitted is still acknowledged, then the stream ends
                         raise Unavailable("the peer is shutting down; reconnect to it or another peer")
+                    self.guard.writes.charge(principal)
                     acks.put(self._submit(request))
             except FeedlogError as e:  # a malformed or refused request ends the stream with its status
                 acks.put(e)

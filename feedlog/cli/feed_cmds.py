@@ -367,7 +367,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-fsync", action="store_true", help="do not fsync appends (faster, loses the tail on power loss)"
     )
-    tls_args(p)
+    tls_args(p, write=True)
     json_flag(p)
 
     p = add("put", cmd_put, "append one entry (key = value)")
@@ -377,14 +377,14 @@ def register(sub: Any) -> None:
     p.add_argument("--hex", action="store_true", help="VALUE is hex-encoded bytes")
     p.add_argument("--ttl", metavar="DURATION", help="time-to-live of this entry (default: the feed's)")
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
-    tls_args(p)
+    tls_args(p, write=True)
     json_flag(p)
 
     p = add("del", cmd_del, "append a timestamped deletion of a key")
     p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY of a feed the peer owns")
     p.add_argument("key")
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
-    tls_args(p)
+    tls_args(p, write=True)
     json_flag(p)
 
     p = add("append", cmd_append, "bulk-append JSON lines, one signed batch per --batch lines")

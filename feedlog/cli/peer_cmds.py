@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -19,11 +22,39 @@ def is_remote(target: str) -> bool:
     return target.startswith(REMOTE)
 
 
-def tls_args(p: argparse.ArgumentParser) -> None:
+#: the environment variable holding a peer write token (`feedlog serve` and the commands that write to a peer)
+TOKEN_ENV = "FEEDLOG_PEER_TOKEN"
+
+
+def tls_args(p: argparse.ArgumentParser, write: bool = False) -> None:
     g = p.add_argument_group("TLS to the peer")
     g.add_argument("--tls-ca", metavar="FILE", help="CA certificate that signed the peer's certificate (enables TLS)")
     g.add_argument("--tls-cert", metavar="FILE", help="our client certificate (mutual TLS)")
     g.add_argument("--tls-key", metavar="FILE", help="the key of --tls-cert")
+    if write:
+        g = p.add_argument_group("write credentials (remote targets; or a client certificate above)")
+        g.add_argument("--token-file", metavar="FILE", help=f"the peer's write token (default: ${TOKEN_ENV}, if set)")
+        g.add_argument("--token", help="the token itself (visible to other users in ps: prefer --token-file)")
+
+
+def token_of(ns: argparse.Namespace) -> str | None:
+    """The write token from --token (warned about), --token-file or $FEEDLOG_PEER_TOKEN, in that order."""
+    token = getattr(ns, "token", None)
+    if token is not None:
+        print(
+            "feedlog: warning: --token is visible to every user of this machine (ps); use --token-file", file=sys.stderr
+        )
+        return str(token)
+    path = getattr(ns, "token_file", None)
+    if path is not None:
+        try:
+            lines = Path(path).read_text().split()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidArgument(f"cannot read token file {path}: {e}") from None
+        if not lines:
+            raise InvalidArgument(f"token file {path} is empty")
+        return lines[0]
+    return os.environ.get(TOKEN_ENV) or None
 
 
 def tls_of(ns: argparse.Namespace) -> Any:
@@ -37,11 +68,11 @@ def tls_of(ns: argparse.Namespace) -> Any:
     return Tls.from_files(ca, getattr(ns, "tls_cert", None), getattr(ns, "tls_key", None))
 
 
-def client_for(ns: argparse.Namespace, url: str, need_feed: bool = True) -> tuple[Any, Any]:
+def client_for(ns: argparse.Namespace, url: str, need_feed: bool = True, write: bool = False) -> tuple[Any, Any]:
     from ..replication.client import Address, FeedClient
 
     address = Address.parse(url, need_feed=need_feed)
-    return address, FeedClient(address.target, tls=tls_of(ns))
+    return address, FeedClient(address.target, tls=tls_of(ns), token=token_of(ns) if write else None)
 
 
 # ---- remote forms of the feed commands ------------------------------------------------------
@@ -50,7 +81,7 @@ def client_for(ns: argparse.Namespace, url: str, need_feed: bool = True) -> tupl
 def remote_create(ns: argparse.Namespace) -> None:
     from ..replication import wire
 
-    _address, client = client_for(ns, ns.path, need_feed=False)
+    _address, client = client_for(ns, ns.path, need_feed=False, write=True)
     with client:
         info = wire.info_json(client.create(ns.type, str(ns.timestamps), ns.ttl or ""))
     emit(ns, info, f"created on {ns.path}\nkey {info['key']}")
@@ -59,7 +90,7 @@ def remote_create(ns: argparse.Namespace) -> None:
 def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
     from .feed_cmds import appended_json, fmt_ts, parse_value
 
-    address, client = client_for(ns, ns.path)
+    address, client = client_for(ns, ns.path, write=True)
     with client:
         key = address.key
         if deleted:
@@ -84,8 +115,9 @@ def remote_info(ns: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_serve(ns: argparse.Namespace) -> None:
     from feedlog_server.app import PeerServer, ServerTls
+    from feedlog_server.auth import Rate, check_token, read_token_file
     from feedlog_server.events import configure
-    from feedlog_server.rpc import serve_forever
+    from feedlog_server.rpc import require_tls_off_loopback, serve_forever
 
     from ..replication.client import Address
 
@@ -94,6 +126,15 @@ def cmd_serve(ns: argparse.Namespace) -> None:
     if ns.client_ca and not ns.tls_cert:
         raise InvalidArgument("--client-ca (mutual TLS) needs --tls-cert and --tls-key")
     tls = ServerTls.from_files(ns.tls_cert, ns.tls_key, ns.client_ca) if ns.tls_cert else None
+    require_tls_off_loopback(ns.listen, tls, ns.insecure)
+    tokens: list[str] | None = None  # None: the peer generates one (unless --client-ca)
+    if ns.write_token_file or os.environ.get(TOKEN_ENV):
+        tokens = []
+        if ns.write_token_file:
+            tokens += ["sha256:" + h.hex() for h in read_token_file(ns.write_token_file)]
+        if os.environ.get(TOKEN_ENV):
+            tokens.append(check_token(os.environ[TOKEN_ENV]))
+    write_rate, create_rate = Rate.parse(ns.write_rate), Rate.parse(ns.create_rate)
     follow = [Address.parse(u, need_feed=True) for u in ns.follow]
     for a in follow:
         a.key  # noqa: B018 -- validates the key before the server starts
@@ -105,7 +146,10 @@ def cmd_serve(ns: argparse.Namespace) -> None:
             tls=tls,
             follow=follow,
             follow_tls=tls_of(ns),
-            accept_new=not ns.no_accept_new,
+            accept_new=ns.accept_new,
+            write_tokens=tokens,
+            write_rate=write_rate,
+            create_rate=create_rate,
             max_streams=ns.max_streams,
             max_message_bytes=ns.max_message_bytes,
         )
@@ -117,7 +161,7 @@ def cmd_push(ns: argparse.Namespace) -> None:
     from ..replication.sync import push
 
     address = Address.parse(ns.url)
-    done = push(ns.path, address, tls=tls_of(ns))
+    done = push(ns.path, address, tls=tls_of(ns), token=token_of(ns))
     emit(ns, {"pushed": done.blocks, "length": done.length}, f"pushed {done.blocks} blocks; the peer has {done.length}")
 
 
@@ -191,7 +235,26 @@ def register(sub: Any) -> None:
         "--follow", action="append", default=[], metavar="grpc://HOST:PORT/KEY", help="replicate a feed (repeatable)"
     )
     p.add_argument("--tls-ca", metavar="FILE", help="CA of the peers in --follow (TLS to them)")
-    p.add_argument("--no-accept-new", action="store_true", help="refuse pushes of feeds this peer does not host yet")
+    p.add_argument(
+        "--insecure", action="store_true", help="allow a --listen beyond loopback without TLS (tokens in the clear)"
+    )
+    p.add_argument(
+        "--write-token-file",
+        metavar="FILE",
+        help=f"write tokens, one a line (or sha256:HEX of one); also ${TOKEN_ENV}. Neither, and no --client-ca: "
+        "a token is generated into DATA/_peer/write-token",
+    )
+    p.add_argument(
+        "--accept-new", action="store_true", help="let unauthenticated clients push feeds this peer does not host yet"
+    )
+    p.add_argument("--no-accept-new", action="store_true", help=argparse.SUPPRESS)  # the default now
+    p.add_argument(
+        "--write-rate",
+        default="10000/s,20000",
+        metavar="RATE",
+        help="write requests per client (default 10000/s,20000)",
+    )
+    p.add_argument("--create-rate", default="1/s,20", metavar="RATE", help="new feeds per client (default 1/s,20)")
     p.add_argument("--max-streams", type=int, default=64, help="open streams (tails, pipelined appends) at most")
     p.add_argument("--max-message-bytes", type=int, default=16 << 20, help="largest request accepted (16 MiB)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
@@ -199,7 +262,7 @@ def register(sub: Any) -> None:
     p = add("push", cmd_push, "send a local feed's signed batches that the peer lacks")
     p.add_argument("path")
     p.add_argument("url", metavar="grpc://HOST:PORT")
-    tls_args(p)
+    tls_args(p, write=True)
     p.add_argument("--json", action="store_true")
 
     p = add("clone", cmd_clone, "copy a feed from a peer, verifying every block and signature")

@@ -109,10 +109,25 @@ def open_channel(target: str, tls: Tls | None = None) -> grpc.Channel:
     return grpc.secure_channel(target, creds, options=channel_options())
 
 
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
+    """Call metadata carrying a peer write token (server/auth.py), None without one."""
+    if token is None:
+        return None
+    token = token.strip()
+    if not token or not token.isascii() or not token.isprintable() or " " in token:
+        raise InvalidArgument("a write token is printable ASCII without spaces")
+    return (("authorization", f"Bearer {token}"),)
+
+
 class FeedClient:
-    def __init__(self, target: str, *, tls: Tls | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """`token`: the peer's write token, sent with the calls that write (Create, Put, PutStream, Append)."""
+
+    def __init__(
+        self, target: str, *, tls: Tls | None = None, timeout: float = DEFAULT_TIMEOUT, token: str | None = None
+    ) -> None:
         self.target = target
         self.timeout = timeout
+        self.auth = auth_metadata(token)
         self.channel = open_channel(target, tls)
         self.stub = pb_grpc.FeedsStub(self.channel)
 
@@ -125,9 +140,9 @@ class FeedClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, fn: Callable[..., Any], request: Any, timeout: float | None = None) -> Any:
+    def _call(self, fn: Callable[..., Any], request: Any, timeout: float | None = None, *, write: bool = False) -> Any:
         try:
-            return fn(request, timeout=timeout or self.timeout)
+            return fn(request, timeout=timeout or self.timeout, metadata=self.auth if write else None)
         except grpc.RpcError as e:
             raise wire.error_of(e, self.target) from None
 
@@ -148,7 +163,7 @@ class FeedClient:
 
     def create(self, content_type: str = "entry", timestamps: str = "", ttl: str = "") -> pb.FeedInfo:
         req = pb.CreateRequest(content_type=content_type, timestamps=timestamps, ttl=ttl)
-        info: pb.FeedInfo = self._call(self.stub.Create, req)
+        info: pb.FeedInfo = self._call(self.stub.Create, req, write=True)
         return info
 
     def proof(self, key: bytes, seq: int) -> Proof:
@@ -156,16 +171,16 @@ class FeedClient:
 
     def append(self, key: bytes, expected_length: int, blocks: Sequence[bytes], signature: bytes) -> TreeState:
         req = pb.AppendRequest(key=key, expected_length=expected_length, blocks=blocks, signature=signature)
-        return wire.state_of(self._call(self.stub.Append, req).state)
+        return wire.state_of(self._call(self.stub.Append, req, write=True).state)
 
     def append_stream(self, requests: Iterable[pb.AppendRequest]) -> Iterator[TreeState]:
         """Pipelined signed appends: responses in request order; the first failure ends the stream."""
-        for resp in self._stream(self.stub.AppendStream(iter(requests))):
+        for resp in self._stream(self.stub.AppendStream(iter(requests), metadata=self.auth)):
             yield wire.state_of(resp.state)
 
     def put(self, feed: bytes, writes: Sequence[Write], timeout: float | None = None) -> list[Appended]:
         """Server-side append: one durable batch (group-committed with other clients' puts)."""
-        resp = self._call(self.stub.Put, pb.PutRequest(feed=feed, entries=wire.puts_pb(writes)), timeout)
+        resp = self._call(self.stub.Put, pb.PutRequest(feed=feed, entries=wire.puts_pb(writes)), timeout, write=True)
         return [appended_of(a) for a in resp.appended]
 
     def producer(self, feed: bytes, **kw: Any) -> Producer:
@@ -260,7 +275,7 @@ class Producer:
         self._in_flight: deque[list[Future[Appended]]] = deque()
         self._closed = False
         self._error: FeedlogError | None = None
-        self._call = client.stub.PutStream(self._requests())
+        self._call = client.stub.PutStream(self._requests(), metadata=client.auth)
         self._receiver = threading.Thread(target=self._receive, name="feedlog-producer", daemon=True)
         self._receiver.start()
 

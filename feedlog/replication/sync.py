@@ -107,9 +107,15 @@ def pull(path: str | os.PathLike[str], *, tls: Tls | None = None) -> Copied:
         return Copied(n, feed.length)
 
 
-def push(path: str | os.PathLike[str], address: Address, *, tls: Tls | None = None) -> Copied:
-    """Send the peer every signed batch it lacks (it checks each signature before storing)."""
-    with Feed.open(path, writable=False) as feed, FeedClient(address.target, tls=tls) as client:
+def push(
+    path: str | os.PathLike[str], address: Address, *, tls: Tls | None = None, token: str | None = None
+) -> Copied:
+    """Send the peer every signed batch it lacks (it checks each signature before storing).
+
+    A peer takes a feed it does not host yet only from an authenticated client
+    (`token`, or a client certificate in `tls`) unless it runs with --accept-new.
+    """
+    with Feed.open(path, writable=False) as feed, FeedClient(address.target, tls=tls, token=token) as client:
         try:
             remote = client.info(feed.key).state.length
         except NotFound:

@@ -27,7 +27,9 @@ STATUS_OF: tuple[tuple[type[errors.FeedlogError], grpc.StatusCode], ...] = (
     (errors.Corruption, grpc.StatusCode.DATA_LOSS),
     (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.ReadOnly, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
     (errors.Unsupported, grpc.StatusCode.UNIMPLEMENTED),
 )
@@ -49,6 +51,10 @@ ERROR_OF: dict[grpc.StatusCode, type[errors.FeedlogError]] = {
 
 #: trailing metadata key carrying the feed's current length on a stale append
 LENGTH_METADATA = "feedlog-length"
+#: trailing metadata telling a missing credential (UNAUTHENTICATED) from a bad signature (also UNAUTHENTICATED)
+AUTH_METADATA = ("feedlog-auth", "credentials")
+#: trailing metadata on RESOURCE_EXHAUSTED from a rate limit: when to retry
+RETRY_AFTER_METADATA = "retry-after-ms"
 
 
 def status_of(err: errors.FeedlogError) -> grpc.StatusCode:
@@ -63,9 +69,34 @@ def error_of(err: grpc.RpcError, peer: str) -> errors.FeedlogError:
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     detail = (err.details() if hasattr(err, "details") else None) or str(code)
     kind = ERROR_OF.get(code, errors.Unavailable)
+    md = dict(_trailers(err))
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and RETRY_AFTER_METADATA in md:
+        try:
+            after = int(md[RETRY_AFTER_METADATA]) / 1000
+        except ValueError:
+            after = 1.0
+        return errors.ResourceExhausted(f"{peer}: {detail}", retry_after=after)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message" not in detail.lower():
         kind = errors.Unavailable  # too many streams: retry later
+    if code == grpc.StatusCode.UNAUTHENTICATED and md.get(AUTH_METADATA[0]) == AUTH_METADATA[1]:
+        kind = errors.Unauthenticated
     return kind(f"{peer}: {detail}")
+
+
+def _trailers(err: grpc.RpcError) -> list[tuple[str, Any]]:
+    try:
+        return list(err.trailing_metadata() or ())
+    except Exception:  # not a call (e.g. a channel error): no trailers
+        return []
+
+
+def error_metadata(err: errors.FeedlogError) -> tuple[tuple[str, str], ...]:
+    """Trailing metadata that lets `error_of` rebuild the precise error on the client."""
+    if isinstance(err, errors.Unauthenticated):
+        return (AUTH_METADATA,)
+    if isinstance(err, errors.ResourceExhausted):
+        return ((RETRY_AFTER_METADATA, str(max(1, round(err.retry_after * 1000)))),)
+    return ()
 
 
 # ---- values -----------------------------------------------------------------------------

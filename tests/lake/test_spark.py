@@ -70,7 +70,7 @@ def test_peer_to_managed_table_end_to_end(spark, tmp_path: Path, owner: OwnerSer
     first = PeerServer(tmp_path / "peer1").start()
     second = None
     try:
-        push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"))
+        push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"), token=first.token)
         second = PeerServer(tmp_path / "peer2", follow=[Address.parse(url(first, KEY_A.public_key))]).start()
         wait_length(second.address, KEY_A.public_key, feed.length)
         table = tmp_path / "table"
@@ -79,7 +79,7 @@ def test_peer_to_managed_table_end_to_end(spark, tmp_path: Path, owner: OwnerSer
         assert (r1.version, r1.rows) == (1, 1000)
 
         append(feed, 234, batch=50)
-        push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"))
+        push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"), token=first.token)
         wait_length(second.address, KEY_A.public_key, feed.length)
         r2 = ingest_batch(spark, [src], str(table), progress=quiet)
         assert (r2.version, r2.rows) == (2, 234)
@@ -151,7 +151,7 @@ def test_a_tampered_block_fails_the_job_and_leaves_the_table(spark, tmp_path: Pa
     append(feed, 200, batch=100)
     feed.close()
     honest = PeerServer(tmp_path / "peer").start()
-    push(tmp_path / "feed", Address.parse(f"grpc://{honest.address}"))
+    push(tmp_path / "feed", Address.parse(f"grpc://{honest.address}"), token=honest.token)
     honest.stop(grace=1)
     host = FeedHost(tmp_path / "peer")
     TamperingFeeds.victim = 350

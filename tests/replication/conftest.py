@@ -36,6 +36,8 @@ def clients() -> Iterator[Callable[[PeerServer], FeedClient]]:
     made: list[FeedClient] = []
 
     def make(peer: PeerServer, **kw: Any) -> FeedClient:
+        """A client holding the peer's write token (pass token=None for a stranger)."""
+        kw.setdefault("token", peer.token)
         c = FeedClient(peer.address, timeout=10, **kw)
         made.append(c)
         return c

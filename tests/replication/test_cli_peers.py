@@ -25,14 +25,15 @@ def test_clone_then_pull_shows_the_same_signed_state(
 ) -> None:
     a = peers("a")
     url = f"grpc://{a.address}"
-    code, out, _ = run(capsys, "create", url, "--timestamps", "exact", "--json")
+    auth = ("--token-file", str(a.token_file))
+    code, out, _ = run(capsys, "create", url, "--timestamps", "exact", "--json", *auth)
     assert code == 0
     key = json.loads(out)["key"]
     feed = f"{url}/{key}"
-    assert run(capsys, "put", feed, "/a", "1")[0] == 0
+    assert run(capsys, "put", feed, "/a", "1", *auth)[0] == 0
     assert run(capsys, "clone", feed, str(tmp_path / "copy"))[0] == 0
-    assert run(capsys, "put", feed, "/b", "2", "--json")[0] == 0
-    assert run(capsys, "del", feed, "/a")[0] == 0
+    assert run(capsys, "put", feed, "/b", "2", "--json", *auth)[0] == 0
+    assert run(capsys, "del", feed, "/a", *auth)[0] == 0
     code, out, _ = run(capsys, "pull", str(tmp_path / "copy"), "--json")
     assert code == 0 and json.loads(out) == {"fetched": 2, "length": 4}
     remote = json.loads(run(capsys, "info", feed, "--json")[1])
@@ -51,7 +52,7 @@ def test_clone_then_pull_shows_the_same_signed_state(
     # a locally written feed, pushed
     assert run(capsys, "create", str(tmp_path / "mine"))[0] == 0
     assert run(capsys, "put", str(tmp_path / "mine"), "/x", "y")[0] == 0
-    code, out, _ = run(capsys, "push", str(tmp_path / "mine"), url, "--json")
+    code, out, _ = run(capsys, "push", str(tmp_path / "mine"), url, "--json", *auth)
     assert code == 0 and json.loads(out) == {"pushed": 2, "length": 2}
 
 

@@ -102,12 +102,12 @@ def test_follower_resumes_from_its_length_after_the_upstream_dies(
 def test_clone_pull_and_push_leave_identical_signed_states(peers: Peers, clients: Clients, tmp_path: Path) -> None:
     a = peers("a")
     with local_feed(tmp_path / "author", n=25, batch=7) as author:
-        assert push(tmp_path / "author", Address(a.address)).length == 26
-        assert push(tmp_path / "author", Address(a.address)).blocks == 0  # nothing new
+        assert push(tmp_path / "author", Address(a.address), token=a.token).length == 26
+        assert push(tmp_path / "author", Address(a.address), token=a.token).blocks == 0  # nothing new
         url = Address(a.address, author.key.hex())
         assert clone(url, tmp_path / "copy").length == 26
         author.append([Write("/more", b"1"), Write("/more", b"2")])
-        assert push(tmp_path / "author", Address(a.address)).blocks == 2
+        assert push(tmp_path / "author", Address(a.address), token=a.token).blocks == 2
         assert pull(tmp_path / "copy").blocks == 2
         with Feed.open(tmp_path / "copy", writable=False) as copy:
             assert same_state(copy.core.state, author.core.state)
@@ -259,7 +259,7 @@ def test_appends_only_from_the_key_holder_at_the_current_length(peers: Peers, tm
     with FeedClient(a.address) as c, pytest.raises(Conflict, match="length 7"):
         c.append(key, 6, blocks, good)
     # a brand-new feed can be pushed only by its key holder, and refusal creates nothing
-    with FeedClient(a.address) as c, pytest.raises(SignatureError):
+    with FeedClient(a.address, token=a.token) as c, pytest.raises(SignatureError):
         c.append(OTHER.public_key, 0, [entries.encode_header("entry")], bytes(64))
     assert not (tmp_path / "a" / OTHER.public_key.hex()).exists()
 
@@ -327,7 +327,7 @@ def test_concurrent_puts_are_group_committed_without_loss_or_duplicates(peers: P
 
     def unary_client(n: int) -> None:
         try:
-            with FeedClient(a.address, timeout=10) as c:
+            with FeedClient(a.address, timeout=10, token=a.token) as c:
                 for i in range(25):
                     (ap,) = c.put(key, [Write(f"/u{n}/{i}", b"%d" % i)])
                     with lock:
@@ -337,7 +337,7 @@ def test_concurrent_puts_are_group_committed_without_loss_or_duplicates(peers: P
 
     def producer_client(n: int) -> None:
         try:
-            with FeedClient(a.address, timeout=10) as c, c.producer(key) as p:
+            with FeedClient(a.address, timeout=10, token=a.token) as c, c.producer(key) as p:
                 futs = {f"/p{n}/{i}": p.put(Write(f"/p{n}/{i}", b"%d" % i)) for i in range(600)}
                 p.flush()
             with lock:

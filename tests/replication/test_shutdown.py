@@ -28,7 +28,8 @@ def free_port() -> int:
 @pytest.mark.slow
 def test_sigterm_under_load_keeps_every_acknowledged_put(tmp_path: Path) -> None:
     port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    token = "shutdown-test-token-0123456789"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", FEEDLOG_PEER_TOKEN=token)  # the peer's write token
     proc = subprocess.Popen(
         [sys.executable, "-m", "feedlog_server", "--data", str(tmp_path / "d"), "--listen", f"127.0.0.1:{port}"],
         stderr=subprocess.PIPE,
@@ -37,7 +38,7 @@ def test_sigterm_under_load_keeps_every_acknowledged_put(tmp_path: Path) -> None
     )
     try:
         deadline = time.monotonic() + 20
-        client = FeedClient(f"127.0.0.1:{port}", timeout=5)
+        client = FeedClient(f"127.0.0.1:{port}", timeout=5, token=token)
         while True:
             try:
                 key = client.create(timestamps="exact").key

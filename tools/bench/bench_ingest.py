@@ -60,7 +60,7 @@ def main() -> None:
         )
         print(f"feed: {n} entries appended in {t:.1f}s")
         peer = PeerServer(tmp / "peer", fsync=False).start()
-        t = timed(lambda: push(tmp / "feed", Address.parse(f"grpc://{peer.address}")))
+        t = timed(lambda: push(tmp / "feed", Address.parse(f"grpc://{peer.address}"), token=peer.token))
         print(f"pushed to the peer at {peer.address} in {t:.1f}s (the peer verifies every batch)")
         src = f"grpc://{peer.address}/{feed.key.hex()}"
         spark = spark_session(app_name="feedlog-bench")

@@ -20,6 +20,8 @@ The peer runs as its own process (`python -m feedlog_server`), as in production.
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
 import signal
 import socket
 import statistics
@@ -42,6 +44,7 @@ from feedlog.replication.client import Address, FeedClient
 from feedlog.replication.sync import clone
 
 VALUE = b"v" * 80  # with key and framing, ~100-byte blocks
+TOKEN = secrets.token_urlsafe(24)  # the benchmark peers' write token (FEEDLOG_PEER_TOKEN)
 
 
 @contextmanager
@@ -52,6 +55,7 @@ def peer(data: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "feedlog_server", "--data", str(data), "--listen", f"127.0.0.1:{port}"],
         stderr=subprocess.DEVNULL,
+        env=dict(os.environ, FEEDLOG_PEER_TOKEN=TOKEN),
     )
     target = f"127.0.0.1:{port}"
     try:
@@ -133,13 +137,13 @@ def local_batches(d: Path, n: int) -> float:
 def group_commit(d: Path, per_client: int, clients: int = 16) -> None:
     ref = local_batches(d, per_client * clients)
     with peer(d / "g") as target:
-        with FeedClient(target) as c:
+        with FeedClient(target, token=TOKEN) as c:
             key = c.create(timestamps="exact").key
         seqs: list[list[int]] = [[] for _ in range(clients)]
         barrier = threading.Barrier(clients + 1)
 
         def run(n: int) -> None:
-            with FeedClient(target) as c, c.producer(key) as p:
+            with FeedClient(target, token=TOKEN) as c, c.producer(key) as p:
                 barrier.wait()
                 futs = [p.put(Write(f"/c{n}/{i}", VALUE)) for i in range(per_client)]
                 seqs[n] = [f.result(60).seq for f in futs]
@@ -161,7 +165,7 @@ def group_commit(d: Path, per_client: int, clients: int = 16) -> None:
         stop = time.monotonic() + 3
 
         def blocking() -> None:
-            with FeedClient(target) as c:
+            with FeedClient(target, token=TOKEN) as c:
                 while time.monotonic() < stop:
                     c.put(key, [Write("/b", VALUE)])
                     with lock:
@@ -184,7 +188,7 @@ def group_commit(d: Path, per_client: int, clients: int = 16) -> None:
 
 def tail_latency(d: Path, count: int) -> None:
     with peer(d / "t") as target:
-        with FeedClient(target) as c:
+        with FeedClient(target, token=TOKEN) as c:
             key = c.create(timestamps="exact").key
         arrived: dict[int, float] = {}
         ready = threading.Event()
@@ -205,7 +209,7 @@ def tail_latency(d: Path, count: int) -> None:
         ready.wait()
         time.sleep(0.3)
         acked: dict[int, float] = {}
-        with FeedClient(target) as c:
+        with FeedClient(target, token=TOKEN) as c:
             for i in range(count):
                 (a,) = c.put(key, [Write(f"/t{i}", VALUE)])
                 acked[a.seq] = time.perf_counter()
