@@ -68,8 +68,15 @@ class FeedHost:
         self.on_new: list[Callable[[HostedFeed], None]] = []
         self.root.mkdir(parents=True, exist_ok=True)
         for d in sorted(self.root.iterdir()):
-            if (d / KEY_FILE).is_file():
-                self._add(Feed.open(d))
+            # a dot name is a feed being built (or a build a crash abandoned): not a feed yet
+            if d.name.startswith(".") or not (d / KEY_FILE).is_file():
+                continue
+            try:
+                feed = Feed.open(d)
+            except NotFound as e:  # e.g. an older version's interrupted create: nothing to serve
+                event("feed_skipped", path=str(d), reason=str(e))
+                continue
+            self._add(feed)
 
     def _add(self, feed: Feed) -> HostedFeed:
         hf = HostedFeed(feed)

@@ -72,7 +72,16 @@ def client_for(ns: argparse.Namespace, url: str, need_feed: bool = True, write: 
     from ..replication.client import Address, FeedClient
 
     address = Address.parse(url, need_feed=need_feed)
-    return address, FeedClient(address.target, tls=tls_of(ns), token=token_of(ns) if write else None)
+    tls, token = tls_of(ns), token_of(ns) if write else None
+    warn_if_clear(address.target, tls, token)
+    return address, FeedClient(address.target, tls=tls, token=token)
+
+
+def warn_if_clear(target: str, tls: Any, token: str | None) -> None:
+    from feedlog_server.rpc import is_loopback
+
+    if token and tls is None and not is_loopback(target):
+        print(f"feedlog: warning: sending the write token to {target} without TLS (--tls-ca)", file=sys.stderr)
 
 
 # ---- remote forms of the feed commands ------------------------------------------------------
@@ -115,7 +124,7 @@ def remote_info(ns: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_serve(ns: argparse.Namespace) -> None:
     from feedlog_server.app import PeerServer, ServerTls
-    from feedlog_server.auth import Rate, check_token, read_token_file
+    from feedlog_server.auth import Rate, check_token, read_token_file, token_hash
     from feedlog_server.events import configure
     from feedlog_server.rpc import require_tls_off_loopback, serve_forever
 
@@ -133,7 +142,7 @@ def cmd_serve(ns: argparse.Namespace) -> None:
         if ns.write_token_file:
             tokens += ["sha256:" + h.hex() for h in read_token_file(ns.write_token_file)]
         if os.environ.get(TOKEN_ENV):
-            tokens.append(check_token(os.environ[TOKEN_ENV]))
+            tokens.append("sha256:" + token_hash(check_token(os.environ[TOKEN_ENV])).hex())
     write_rate, create_rate = Rate.parse(ns.write_rate), Rate.parse(ns.create_rate)
     follow = [Address.parse(u, need_feed=True) for u in ns.follow]
     for a in follow:
@@ -161,7 +170,9 @@ def cmd_push(ns: argparse.Namespace) -> None:
     from ..replication.sync import push
 
     address = Address.parse(ns.url)
-    done = push(ns.path, address, tls=tls_of(ns), token=token_of(ns))
+    tls, token = tls_of(ns), token_of(ns)
+    warn_if_clear(address.target, tls, token)
+    done = push(ns.path, address, tls=tls, token=token)
     emit(ns, {"pushed": done.blocks, "length": done.length}, f"pushed {done.blocks} blocks; the peer has {done.length}")
 
 

@@ -16,6 +16,8 @@ import ctypes
 import ctypes.util
 import fcntl
 import os
+import secrets
+import shutil
 import threading
 from array import array
 from bisect import bisect_right
@@ -40,12 +42,34 @@ from .crypto import KeyPair, Signer, Verifier, leaf_hash, tree_signable
 from .merkle import Node, Proof, TreeState
 
 KEY_FILE = "key"
+#: marks the directory a create builds a feed in, beside its final path: `.NAME.creating-RANDOM`
+CREATING = ".creating-"
 SECRET_FILE = "secret_key"
 #: write a checkpoint (fsync tree+index) after this many log bytes, bounding recovery work
 CHECKPOINT_BYTES = 32 << 20
 #: the largest block an append accepts (so one block always fits a 16 MiB message with room to spare)
 MAX_BLOCK_BYTES = 8 << 20
 _EMPTY_HASH = merkle.roots_hash([])
+
+
+def _remove_abandoned_builds(path: Path) -> None:
+    """Delete build directories of `path` that a killed create left (an unlocked one is abandoned)."""
+    prefix = f".{path.name}{CREATING}"
+    for d in path.parent.iterdir():
+        if not d.name.startswith(prefix):
+            continue
+        try:
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue  # gone meanwhile, or not a directory
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a create in progress
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def check_block_sizes(start: int, blocks: Sequence[bytes | None]) -> None:
@@ -130,18 +154,77 @@ class Core:
     # ---- lifecycle -------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], key_pair: KeyPair, *, fsync: bool = True) -> Core:
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        key_pair: KeyPair,
+        *,
+        fsync: bool = True,
+        init: Callable[[Core], None] | None = None,
+    ) -> Core:
+        """A new feed at `path`, built whole in a directory beside it, then renamed into place.
+
+        `init` runs on the new core before it appears at `path` (a `Feed` writes
+        its settings and header block there). A crash at any step leaves either
+        nothing at `path` or a complete feed, never a key without its header
+        (issue 13 item 7). A build directory a crash left behind
+        (`.NAME.creating-*`, hidden from hosts) is removed by the next create of NAME.
+        """
         p = Path(path)
         if (p / KEY_FILE).exists():
             raise AlreadyExists(f"{p}: a feed already exists there")
         if p.exists() and not p.is_dir():
             raise InvalidArgument(f"{p}: exists and is not a directory")
-        p.mkdir(parents=True, exist_ok=True)
-        if key_pair.seed is not None:
-            storage.atomic_write(p / SECRET_FILE, key_pair.seed, mode=0o600)
-        # the key file is written last: its presence is what makes the directory a feed
-        storage.atomic_write(p / KEY_FILE, key_pair.public_key)
+        if p.is_dir() and any(p.iterdir()):
+            raise InvalidArgument(f"{p}: exists, is not empty and holds no feed")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned_builds(p)
+        tmp = p.with_name(f".{p.name}{CREATING}{secrets.token_hex(4)}")
+        tmp.mkdir()
+        lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a live build: another create leaves it alone
+            try:
+                cls._build(tmp, key_pair, fsync, init)
+                faults.point("create.built")
+                try:
+                    # onto nothing, or onto an empty directory: rename(2) replaces only an empty one
+                    os.rename(tmp, p)
+                except OSError as e:
+                    raise AlreadyExists(f"{p}: created by someone else meanwhile ({e.strerror})") from None
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            storage.fsync_dir(p.parent)
+        finally:
+            os.close(lock)
+        faults.point("create.renamed")
         return cls.open(p, fsync=fsync)
+
+    @classmethod
+    def _build(cls, d: Path, key_pair: KeyPair, fsync: bool, init: Callable[[Core], None] | None) -> None:
+        """Write a whole feed into the build directory `d`, durably."""
+        faults.point("create.dir")
+        if key_pair.seed is not None:
+            storage.atomic_write(d / SECRET_FILE, key_pair.seed, mode=0o600)
+            faults.point("create.secret")
+        storage.atomic_write(d / KEY_FILE, key_pair.public_key)
+        faults.point("create.key")
+        core = cls.open(d, fsync=fsync)
+        try:
+            faults.point("create.opened")
+            if init is not None:
+                init(core)
+        finally:
+            core.close()
+        # durable before the rename makes it visible, whatever the feed's own fsync policy
+        for name in (storage.LOG, storage.TREE, storage.INDEX):
+            fd = os.open(d / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        storage.fsync_dir(d)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, writable: bool = True, fsync: bool = True) -> Core:

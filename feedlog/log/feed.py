@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import faults
 from ..clock import Clock, MonotonicClock, SystemClock
-from ..errors import Corruption, InvalidArgument
+from ..errors import Corruption, InvalidArgument, NotFound
 from . import entries, storage
-from .core import MAX_BLOCK_BYTES, Core, VerifyReport
+from .core import KEY_FILE, MAX_BLOCK_BYTES, SECRET_FILE, Core, VerifyReport
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record
 from .merkle import TreeState
@@ -90,8 +91,40 @@ class CompactReport:
     bytes_cleared: int
 
 
+_INTERRUPTED = "an interrupted create left a key here but no header block"
+#: what a feed directory holds (`_discard_interrupted` removes nothing else)
+_FEED_FILES = {KEY_FILE, SECRET_FILE, storage.LOG, storage.TREE, storage.INDEX, storage.CHECKPOINT, SETTINGS_FILE}
+
+
+def _discard_interrupted(p: Path) -> None:
+    """Remove what an older version's killed `create` left at `p`, so creating there again works.
+
+    Only a directory holding nothing but feed files, with a secret key and no
+    signed block: no entry was ever acknowledged, nor the key ever printed.
+    """
+    if not (p / SECRET_FILE).is_file():
+        return
+    names = {d.name for d in p.iterdir()}
+    if any(n not in _FEED_FILES and not (n.startswith(".") and n.endswith(".tmp")) for n in names):
+        return
+    if KEY_FILE in names:
+        try:
+            with Core.open(p) as core:
+                if core.length:
+                    return
+        except NotFound:
+            pass
+    for n in names:
+        (p / n).unlink()
+    storage.fsync_dir(p)
+
+
 def _policy(p: TimestampPolicy | str | None) -> TimestampPolicy | None:
     return TimestampPolicy.parse(p) if isinstance(p, str) else p
+
+
+#: the longest TTL: check() encodes at clock reading 0, so an expiry must fit uint64 at any real reading too
+MAX_TTL_MS = 1000 * 365 * 86_400_000
 
 
 def _ttl(t: int | str | None) -> int | None:
@@ -100,6 +133,8 @@ def _ttl(t: int | str | None) -> int | None:
     ms = parse_duration(t) if isinstance(t, str) else t
     if ms <= 0:
         raise InvalidArgument("a TTL must be greater than zero")
+    if ms > MAX_TTL_MS:  # so that any clock reading plus the TTL fits the entry's uint64 expires_at
+        raise InvalidArgument(f"a TTL is at most {MAX_TTL_MS} ms (1000 years), got {ms}")
     return ms
 
 
@@ -131,13 +166,15 @@ class Feed:
         assert policy is not None
         settings = FeedSettings(content_type, policy, _ttl(ttl), fsync)
         p = Path(path)
-        core = Core.create(p, key_pair or KeyPair.generate(), fsync=fsync)
-        try:
-            storage.atomic_write(p / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode())
+
+        def init(core: Core) -> None:  # in the build directory: the feed appears with its header or not at all
+            storage.atomic_write(core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode())
+            faults.point("create.settings")
             core.append([header])
-        except BaseException:
-            core.close()
-            raise
+            faults.point("create.header")
+
+        _discard_interrupted(p)
+        core = Core.create(p, key_pair or KeyPair.generate(), fsync=fsync, init=init)
         return cls(core, settings, clock)
 
     @classmethod
@@ -151,6 +188,10 @@ class Feed:
                 settings = FeedSettings()
             except ValueError as e:
                 raise Corruption(f"{p / SETTINGS_FILE}: {e}") from None
+            if not core.length and core.can_sign:
+                # a feed we sign always starts with its header (Feed.create writes both or neither); only an
+                # older version's killed create left a key without one, and an entry must never become block 0
+                raise NotFound(f"{p}: {_INTERRUPTED}; run create again")
             if core.length:
                 header = core.get(0)
                 if header is None:

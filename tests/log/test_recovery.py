@@ -1,13 +1,22 @@
 """Crashes at exact steps of recovery and creation (fail points in real child processes)."""
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from feedlog import faults
+from feedlog.cli import main
+from feedlog.errors import NotFound
+from feedlog.log import entries
+from feedlog.log.core import Core
+from feedlog.log.crypto import KeyPair
 from feedlog.log.feed import Feed
+from feedlog_server.host import FeedHost
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,3 +54,87 @@ def test_writer_killed_during_replay_leaves_the_tree_verifiable(tmp_path: Path) 
         assert [r.key for r in f.records()] == ["a", "b", "c"]
     with Feed.open(p) as f:
         assert f.core.recovered_batches == 2 and f.verify().length == 4
+
+
+CREATE_STEPS = [
+    "create.dir",
+    "create.secret",
+    "create.key",
+    "create.opened",
+    "create.settings",
+    "create.header",
+    "create.built",
+    "create.renamed",
+]
+
+
+@pytest.mark.parametrize("step", CREATE_STEPS)
+def test_a_create_killed_at_any_step_leaves_no_feed_or_a_complete_one(
+    tmp_path: Path, step: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13 item 7: a put after an interrupted create must never write an entry as block 0."""
+    root = tmp_path / "root"
+    p = root / "f"
+    code = f"from feedlog.log.feed import Feed\nFeed.create({str(p)!r}, timestamps='off')\n"
+    assert run_child(code, f"{step}=exit") in (0, faults.EXIT_CODE)
+    host = FeedHost(root)  # a peer starting over the directory neither fails nor serves a half feed
+    try:
+        assert all(host.get(k).feed.length >= 1 for k in host.keys())
+    finally:
+        host.close()
+    try:
+        f = Feed.open(p)
+    except NotFound:
+        f = Feed.create(p, timestamps="off")  # nothing there: creation is simply run again
+    with f:
+        assert f.length == 1 and f.content_type == "entry" and f.core.get(0) == entries.encode_header("entry")
+        f.put("k", b"v")
+    with Feed.open(p, writable=False) as f:
+        got = f.get("k")
+        assert got is not None and got.value == b"v" and got.seq == 1
+        assert f.verify().length == 2 and f.info()["length"] == 2
+    assert main(["cat", "--json", str(p)]) == 0
+    assert [json.loads(line)["key"] for line in capsys.readouterr().out.splitlines()] == ["k"]
+    assert sorted(d.name for d in root.iterdir()) == ["f"]  # leftovers of the killed create are gone
+
+
+def test_a_feed_left_without_its_header_is_not_found_and_can_be_created_again(tmp_path: Path) -> None:
+    """The on-disk state an interrupted create of an older version left: key and secret, an empty log."""
+    p = tmp_path / "f"
+    Core.create(p, KeyPair.generate()).close()
+    with pytest.raises(NotFound, match="interrupted"):
+        Feed.open(p)
+    with pytest.raises(NotFound, match="interrupted"):
+        Feed.open(p, writable=False)
+    with Feed.create(p, timestamps="off") as f:
+        assert f.length == 1
+        f.put("k", b"v")
+    with Feed.open(p) as f:
+        assert f.verify().length == 2
+    # an empty replica (no secret key) is a feed waiting for its author's batches, not a broken one
+    with Feed.create_replica(tmp_path / "copy", KeyPair.generate().public_key) as r:
+        assert r.length == 0
+    with Feed.open(tmp_path / "copy") as r:
+        assert r.length == 0
+
+
+@pytest.mark.parametrize("step", ["create.dir", "create.key", "create.opened", "create.built", "create.renamed"])
+def test_a_replica_create_killed_at_any_step_can_still_be_filled(tmp_path: Path, step: str) -> None:
+    kp = KeyPair.generate()
+    with Feed.create(tmp_path / "author", key_pair=kp, timestamps="off") as author:
+        author.put("k", b"v")
+        blocks = [b for _, b in author.core.get_range(0, 2)]
+        state = author.core.state
+    p = tmp_path / "root" / "copy"
+    code = f"from feedlog.log.feed import Feed\nFeed.create_replica({str(p)!r}, {kp.public_key!r})\n"
+    assert run_child(code, f"{step}=exit") in (0, faults.EXIT_CODE)
+    try:
+        copy = Feed.open(p)
+    except NotFound:
+        copy = Feed.create_replica(p, kp.public_key)
+    with copy:
+        assert copy.length == 0
+        copy.store_signed([b for b in blocks if b is not None], state)
+    with Feed.open(p, writable=False) as copy:
+        assert copy.verify().length == 2 and [r.key for r in copy.records()] == ["k"]
+    assert sorted(d.name for d in p.parent.iterdir()) == ["copy"]

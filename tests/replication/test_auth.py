@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from feedlog.cli import main
+from feedlog.cli.peer_cmds import warn_if_clear
 from feedlog.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
@@ -254,6 +255,18 @@ def test_cli_writes_take_the_token_from_a_file_or_the_environment(
     assert code == 7 and "--accept-new" in err
 
 
+def test_cli_warns_before_sending_a_token_in_the_clear(capsys: pytest.CaptureFixture[str]) -> None:
+    warn_if_clear("10.0.0.7:7000", None, TOKEN)
+    assert "without TLS" in capsys.readouterr().err
+    for target, tls, token in (
+        ("127.0.0.1:7000", None, TOKEN),
+        ("10.0.0.7:7000", object(), TOKEN),
+        ("h:1", None, None),
+    ):
+        warn_if_clear(target, tls, token)
+        assert capsys.readouterr().err == ""
+
+
 def test_cli_serve_refuses_plaintext_beyond_loopback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "serve", "--data", str(tmp_path / "d"), "--listen", f"0.0.0.0:{free_port()}")
     assert code == 2 and err.count("\n") == 1 and "--insecure" in err and "TLS" in err
@@ -295,3 +308,46 @@ def test_feedlog_serve_writes_its_token_to_a_private_file_and_logs_where(tmp_pat
     token = token_file.read_text().strip()
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert '"event":"write_token"' in log and str(token_file) in log and token not in log
+
+
+def serve(data: Path, port: int, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "feedlog_server", "--data", str(data), "--listen", f"127.0.0.1:{port}", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "FEEDLOG_PEER_TOKEN"} | {"PYTHONUNBUFFERED": "1"} | env,
+    )
+
+
+def create_when_up(target: str, token: str, deadline: float) -> bytes:
+    while True:
+        try:
+            with FeedClient(target, timeout=2, token=token) as c:
+                return bytes(c.create().key)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_feedlog_serve_takes_tokens_from_a_file_of_hashes_and_the_environment(tmp_path: Path) -> None:
+    port = free_port()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"# the writers of this peer\nsha256:{hashlib.sha256(TOKEN.encode()).hexdigest()}\n\n")
+    proc = serve(tmp_path / "d", port, "--write-token-file", str(tokens), env={"FEEDLOG_PEER_TOKEN": TOKEN + "-env"})
+    try:
+        target = f"127.0.0.1:{port}"
+        assert create_when_up(target, TOKEN, time.monotonic() + 20)
+        with FeedClient(target, timeout=5, token=TOKEN + "-env") as c:
+            assert c.create().key
+        hashed = "sha256:" + hashlib.sha256(TOKEN.encode()).hexdigest()
+        with FeedClient(target, timeout=5, token=hashed) as c, pytest.raises(PermissionDenied):
+            c.create()  # the hash is not the token
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not (tmp_path / "d" / "_peer").exists()  # configured tokens: nothing generated
