@@ -15,6 +15,7 @@ from feedlog.errors import InvalidArgument
 from feedlog.log import entries, merkle
 from feedlog.log.core import MAX_BLOCK_BYTES
 from feedlog.log.crypto import Signer
+from feedlog.log.feed import Write
 from feedlog.log.merkle import Node
 from feedlog.pb import hyperdb_pb2
 from feedlog.replication.client import FeedClient
@@ -67,3 +68,13 @@ def test_append_refuses_each_bad_block_kind(peers: Peers, clients: Clients, tmp_
     assert hf.feed.core.state == before
     good = [entry("/ok")]
     assert c.append(KP.public_key, 3, good, signature(hf.feed.core.roots(), 3, good, KP.seed or b"")).length == 4
+
+
+def test_a_put_over_the_block_limit_fails_alone(peers: Peers, clients: Clients) -> None:
+    a = peers("a")
+    c = clients(a)
+    key = c.create().key
+    with pytest.raises(InvalidArgument, match=f"limit is {MAX_BLOCK_BYTES}"):
+        c.put(key, [Write("/big", bytes(MAX_BLOCK_BYTES))])
+    assert [x.seq for x in c.put(key, [Write("/small", b"v")])] == [1]
+    assert a.host.get(key).feed.verify().length == 2
