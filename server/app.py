@@ -30,6 +30,7 @@ from feedlog.replication.client import Address, Tls
 
 from .auth import DEFAULT_CREATE_RATE, DEFAULT_WRITE_RATE, Guard, Rate, generated_token, token_hashes
 from .events import event
+from .flow import DEFAULT_IN_FLIGHT_BYTES, DEFAULT_STALL_SECONDS, InFlight
 from .follower import Follower
 from .host import FeedHost
 from .rpc import rpc_handler, start_server
@@ -76,6 +77,8 @@ class PeerServer:
         fsync: bool = True,
         max_streams: int = 64,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES,
+        stall_seconds: float = DEFAULT_STALL_SECONDS,
     ) -> None:
         self.data = Path(data)
         self.listen = listen
@@ -93,6 +96,8 @@ class PeerServer:
         self.fsync = fsync
         self.max_streams = max_streams
         self.max_message_bytes = max_message_bytes
+        self.max_in_flight_bytes = max_in_flight_bytes  # response messages built and not yet taken, all streams
+        self.stall_seconds = stall_seconds  # how long a reader may leave one waiting while others wait for memory
         self.stopping = threading.Event()
         self.followers: list[Follower] = []
         self.port = 0
@@ -118,7 +123,13 @@ class PeerServer:
         )
         self.host = FeedHost(self.data, accept_new=self.accept_new, fsync=self.fsync)
         workers = self.max_streams + 32  # streams are capped at max_streams: unary calls always find a thread
-        self.service = FeedsService(self.host, max_streams=self.max_streams, stopping=self.stopping, guard=guard)
+        self.service = FeedsService(
+            self.host,
+            stopping=self.stopping,
+            in_flight=InFlight(self.max_in_flight_bytes, stall=self.stall_seconds),
+            max_message_bytes=self.max_message_bytes,
+            guard=guard,
+        )
         try:
             self.server, self.port, self.health = start_server(
                 self.listen,
@@ -126,6 +137,7 @@ class PeerServer:
                 [SERVICE],
                 tls=self.tls,
                 workers=workers,
+                max_streams=self.max_streams,
                 max_message_bytes=self.max_message_bytes,
             )
         except Unavailable:

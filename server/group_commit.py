@@ -5,6 +5,11 @@ thread per feed takes everything queued, appends it as one batch (one Merkle
 update, one signature, one fsync) and only then acknowledges each caller with
 its seqs. Under load, batches grow by themselves: while one fsync runs, the
 next group queues up.
+
+A group never fails for one member's input: callers validate before they
+submit, and should a member still be refused when the group is encoded (at the
+real clock reading), the group is committed member by member so that only the
+refused one fails (issue 13 item 4).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from feedlog.errors import FeedlogError, Unavailable
+from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
 from feedlog.log.feed import Appended, Feed, Write
 from feedlog.log.merkle import TreeState
 
@@ -60,22 +65,36 @@ class GroupCommitter:
 
     def _run(self) -> None:
         while (group := self._take()) is not None:
-            writes = [w for ws, _ in group for w in ws]
             try:
-                appended = self.feed.append(writes)
-            except Exception as e:  # fail this group, keep serving the next (never leave a caller waiting)
-                err = e if isinstance(e, FeedlogError) else Unavailable(f"append failed: {e}")
-                event("group_commit_failed", feed=self.feed.key.hex(), entries=len(writes), error=str(e))
-                for _, fut in group:
-                    fut.set_exception(err)
-                continue
-            self.batches += 1
-            state = self.feed.core.state
-            k = 0
-            for ws, fut in group:
-                fut.set_result((appended[k : k + len(ws)], state))
-                k += len(ws)
+                self._commit(group)
+            except _Refused:  # some member's input: nothing was written, commit each on its own
+                for member in group:
+                    try:
+                        self._commit([member])
+                    except _Refused as r:
+                        member[1].set_exception(r.err)
             self._on_commit()
+
+    def _commit(self, group: list[tuple[Sequence[Write], Future[Result]]]) -> None:
+        """Append `group` as one batch and settle its callers; raise _Refused if it was refused for its input."""
+        writes = [w for ws, _ in group for w in ws]
+        try:
+            appended = self.feed.append(writes)
+        except (InvalidArgument, ValueError) as e:  # refused while encoding, before anything was written
+            event("group_commit_refused", feed=self.feed.key.hex(), entries=len(writes), error=str(e)[:200])
+            raise _Refused(e if isinstance(e, InvalidArgument) else InvalidArgument(str(e))) from None
+        except Exception as e:  # fail this group, keep serving the next (never leave a caller waiting)
+            err = e if isinstance(e, FeedlogError) else Unavailable(f"append failed: {e}")
+            event("group_commit_failed", feed=self.feed.key.hex(), entries=len(writes), error=str(e))
+            for _, fut in group:
+                fut.set_exception(err)
+            return
+        self.batches += 1
+        state = self.feed.core.state
+        k = 0
+        for ws, fut in group:
+            fut.set_result((appended[k : k + len(ws)], state))
+            k += len(ws)
 
     def close(self, timeout: float = 30.0) -> None:
         """Refuse new entries, commit the queued ones, stop."""
@@ -83,3 +102,10 @@ class GroupCommitter:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
+
+
+class _Refused(Exception):
+    """A group's input was refused (nothing written); `err` is what its caller gets."""
+
+    def __init__(self, err: InvalidArgument) -> None:
+        self.err = err

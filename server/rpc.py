@@ -22,6 +22,9 @@ from .events import event
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: threads a server always keeps for unary calls, whatever its streams do
+UNARY_HEADROOM = 8
+
 
 def abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
     md = (*(getattr(err, "metadata", None) or ()), *wire.error_metadata(err))
@@ -89,7 +92,55 @@ def rpc_handler(service: Any, module: Any, name: str) -> grpc.GenericRpcHandler:
 
 
 def _serialize(m: Any) -> bytes:
-    return bytes(m.SerializeToString())
+    """A response message's bytes; a handler may yield them encoded already (service.FeedsService._messages)."""
+    return m if isinstance(m, bytes) else bytes(m.SerializeToString())
+
+
+class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base class is untyped
+    """At most `limit` streams of any kind at once, on any service; unary calls are never counted.
+
+    Each open stream holds a worker thread for as long as it lasts: with
+    every stream kind counted (Read too, health Watch, reflection), the pool
+    always keeps `workers - limit` threads for unary calls.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._slots = threading.BoundedSemaphore(limit)
+
+    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        h = continuation(details)
+        if h is None or not (h.request_streaming or h.response_streaming):
+            return h
+        if h.response_streaming:
+            field = "stream_stream" if h.request_streaming else "unary_stream"
+            inner = getattr(h, field)
+
+            def stream_out(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                self._enter(context)
+                try:
+                    yield from inner(request, context)
+                finally:
+                    self._slots.release()
+
+            return h._replace(**{field: stream_out})
+        inner_unary = h.stream_unary
+
+        def stream_in(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+            self._enter(context)
+            try:
+                return inner_unary(requests, context)
+            finally:
+                self._slots.release()
+
+        return h._replace(stream_unary=stream_in)
+
+    def _enter(self, context: grpc.ServicerContext) -> None:
+        if not self._slots.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many open streams on this server (limit {self.limit}); retry later",
+            )
 
 
 def is_loopback(listen: str) -> bool:
@@ -127,8 +178,17 @@ def start_server(
     tls: Credentials | None,
     workers: int,
     max_message_bytes: int,
+    max_streams: int | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """A started gRPC server with health checking and reflection; Unavailable if it cannot listen."""
+    """A started gRPC server with health checking and reflection; Unavailable if it cannot listen.
+
+    Streams of every kind are capped at `max_streams` (a quarter of `workers`
+    if None), and the pool always has UNARY_HEADROOM threads beyond them; the
+    server refuses calls beyond its threads with RESOURCE_EXHAUSTED rather
+    than queueing them.
+    """
+    streams = max(1, workers // 4) if max_streams is None else max_streams
+    threads = max(workers, streams + UNARY_HEADROOM)
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -138,9 +198,10 @@ def start_server(
         ("grpc.so_reuseport", 0),
     ]
     server = grpc.server(
-        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+        ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
+        interceptors=(StreamCap(streams),),
         options=options,
-        maximum_concurrent_rpcs=workers,
+        maximum_concurrent_rpcs=threads,
     )
     server.add_generic_rpc_handlers(tuple(handlers))
     checks = health.HealthServicer()

@@ -1,9 +1,13 @@
 """The `Feeds` servicer: wire in, library call, wire out; errors become status codes in one place.
 
-Threads: the server runs RPCs on a pool; long-lived streams (Subscribe,
-PutStream, AppendStream) each hold one thread and are capped separately, so
-tails can never starve unary calls. A slow reader blocks only its own stream
-(gRPC flow control); writers never wait for readers.
+Threads: the server runs RPCs on a pool; every stream (Read, Subscribe,
+PutStream, AppendStream, health Watch, reflection) holds one thread and is
+capped apart from unary calls (rpc.StreamCap), so streams can never starve
+unary calls. A slow reader blocks only its own stream: a stream builds its
+next message only once the previous one was taken, and the messages waiting
+to be taken are bounded in total (flow.InFlight); writers never wait for
+readers. A message never exceeds the reader's budget nor the server's send
+limit: batches larger than the budget come in parts (Core.segments).
 """
 
 from __future__ import annotations
@@ -11,14 +15,14 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import grpc
 
-from feedlog.errors import Conflict, FeedlogError, InvalidArgument, NotFound, Unavailable
+from feedlog.errors import Conflict, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported
 from feedlog.log import merkle
 from feedlog.log.feed import Write
 from feedlog.log.timestamps import TimestampPolicy
@@ -28,41 +32,35 @@ from feedlog.replication import wire
 
 from .auth import Guard
 from .events import event
+from .flow import InFlight
 from .group_commit import Result
 from .host import FeedHost, HostedFeed
 from .rpc import abort as _abort
 from .rpc import unary
 
 DEFAULT_MESSAGE_BYTES = 1 << 20
+MAX_MESSAGE_BUDGET = 16 << 20
+#: room in a message for what `segments` does not count: the roots of the first message and its framing
+MESSAGE_HEADROOM = 16 << 10
 MAX_PUT_ENTRIES = 10_000
 WAIT_SLICE = 0.5  # how often a waiting stream checks that its client and the server are still there
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def streaming(long_lived: bool) -> Callable[[F], F]:
-    def deco(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(self: FeedsService, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            slot = self._streams if long_lived else None
-            if slot is not None and not slot.acquire(blocking=False):
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"too many open streams on this peer (limit {self.max_streams}); retry later",
-                )
-            try:
-                yield from fn(self, request, context)
-            except FeedlogError as e:
-                _abort(context, e)
-            except ValueError as e:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            finally:
-                if slot is not None:
-                    slot.release()
+def streaming(fn: F) -> F:
+    """Errors of a response stream as status codes (the stream cap is the server's: rpc.StreamCap)."""
 
-        return wrapper  # type: ignore[return-value]
+    @functools.wraps(fn)
+    def wrapper(self: FeedsService, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from fn(self, request, context)
+        except FeedlogError as e:
+            _abort(context, e)
+        except ValueError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
-    return deco
+    return wrapper  # type: ignore[return-value]
 
 
 class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untyped
@@ -70,14 +68,15 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         self,
         host: FeedHost,
         *,
-        max_streams: int = 64,
         stopping: threading.Event | None = None,
+        in_flight: InFlight | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BUDGET,
         guard: Guard | None = None,
     ) -> None:
         self.host = host
         self.guard = guard or Guard()  # no credentials configured: no server-side writes
-        self.max_streams = max_streams
-        self._streams = threading.BoundedSemaphore(max_streams)
+        self.in_flight = in_flight or InFlight()
+        self.max_message_bytes = max_message_bytes  # the server's send limit
         self.stopping = stopping or threading.Event()
 
     # ---- helpers --------------------------------------------------------------------------
@@ -107,7 +106,10 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         return m
 
     def _budget(self, requested: int) -> int:
-        return min(requested or DEFAULT_MESSAGE_BYTES, 16 * DEFAULT_MESSAGE_BYTES)
+        """Bytes of segments per message: what the reader asked for, within what this server may send."""
+        return max(
+            1, min(requested or DEFAULT_MESSAGE_BYTES, MAX_MESSAGE_BUDGET, self.max_message_bytes - MESSAGE_HEADROOM)
+        )
 
     def _response(self, hf: HostedFeed, pos: int, end: int, budget: int, roots: bool) -> tuple[pb.ReadResponse, int]:
         """The next message from `pos` (no segments if nothing is there), and where the one after starts."""
@@ -116,6 +118,34 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         if roots and segs:
             resp.roots.extend(wire.node_pb(n) for n in merkle.nodes_for_roots(pos, hf.feed.core.node))
         return resp, segs[-1].end if segs else pos
+
+    def _messages(
+        self, hf: HostedFeed, pos: int, end: int, budget: int, roots: bool, context: grpc.ServicerContext
+    ) -> Generator[bytes, None, int]:
+        """Encoded messages from `pos` to `end`, each built once the previous one was taken, within the budget.
+
+        grpc pulls the next message only when the previous send completed, so
+        the hold around the yield spans building and sending one message. The
+        message is yielded encoded (rpc.serialize passes bytes through), so a
+        stream holds one copy of it, not the message and its encoding.
+        Returns where the next message would start.
+        """
+        while pos < end and context.is_active():
+            with self.in_flight.hold(budget + MESSAGE_HEADROOM, context, self.stopping) as h:
+                start = pos
+                resp, pos = self._response(hf, pos, end, budget, roots)
+                raw = resp.SerializeToString()
+                del resp
+                self.in_flight.shrink(h, len(raw))
+                if len(raw) > self.max_message_bytes:  # only a lone block can be: larger than this server may send
+                    raise Unsupported(
+                        f"block {start} of feed {hf.key.hex()} is too large for one message of this peer"
+                        f" ({len(raw)} bytes encoded, limit {self.max_message_bytes}; see serve --max-message-bytes)"
+                    )
+                roots = False
+                yield raw
+                del raw  # taken: hold nothing while waiting for the budget again
+        return pos
 
     # ---- unary ----------------------------------------------------------------------------
 
@@ -188,7 +218,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     # ---- streams --------------------------------------------------------------------------
 
-    @streaming(long_lived=True)
+    @streaming
     def AppendStream(
         self, request_iterator: Iterator[pb.AppendRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.AppendResponse]:
@@ -197,7 +227,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                 raise Unavailable("the peer is shutting down; reconnect to it or another peer")
             yield self._append(request, context)
 
-    @streaming(long_lived=True)
+    @streaming
     def PutStream(
         self, request_iterator: Iterator[pb.PutRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.PutResponse]:
@@ -235,8 +265,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                 raise item
             yield self._put_response(item, None)
 
-    @streaming(long_lived=False)
-    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+    @streaming
+    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
         hf = self._find(request.feed)
         length = hf.feed.length
         end = request.end or length
@@ -245,13 +275,10 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         pos, budget, roots = request.start, self._budget(request.max_message_bytes), request.with_roots
         # to the end of the batch holding end - 1: the reader needs that batch's signature
         stop = hf.feed.core.batch_end(end - 1) if end > pos else pos
-        while pos < stop and context.is_active():
-            resp, pos = self._response(hf, pos, stop, budget, roots)
-            roots = False
-            yield resp
+        yield from self._messages(hf, pos, stop, budget, roots, context)
 
-    @streaming(long_lived=True)
-    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+    @streaming
+    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
         hf = self._find(request.feed)
         pos, budget, roots = request.start, self._budget(request.max_message_bytes), request.with_roots
         event("subscribe", feed=hf.key.hex(), start=pos, peer=context.peer())
@@ -260,9 +287,9 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             if length <= pos:
                 hf.wait_beyond(pos, WAIT_SLICE)
                 continue
-            resp, pos = self._response(hf, pos, length, budget, roots)
-            roots = False
-            yield resp
+            after = yield from self._messages(hf, pos, length, budget, roots, context)
+            roots = roots and after == pos
+            pos = after
 
 
 def write_of(p: pb.Put) -> Write:

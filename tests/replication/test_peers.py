@@ -128,7 +128,8 @@ def test_a_peer_serving_a_tampered_block_is_rejected_and_named(
 
     class Tampering(FeedsService):  # type: ignore[misc]
         def Subscribe(self, request, context):
-            for resp in super().Subscribe(request, context):
+            for raw in super().Subscribe(request, context):  # messages come encoded (they are held that way)
+                resp = feeds_pb2.ReadResponse.FromString(raw)
                 for seg in resp.segments:
                     for k in range(len(seg.blocks)):
                         if seg.start + k == 15:

@@ -1,0 +1,237 @@
+"""A peer's streams under hostile readers and writers (issue 13 items 2, 3, 4 and the server side of 6).
+
+Stalled readers cost the peer one message each and never block other
+streams; streams of every kind are capped apart from unary calls; one bad put
+fails alone; no message is ever larger than the budget or the send limit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from feedlog.errors import InvalidArgument, Unsupported
+from feedlog.log.crypto import KeyPair
+from feedlog.log.feed import Feed, Write
+from feedlog.pb import feeds_pb2 as pb
+from feedlog.pb import feeds_pb2_grpc as pb_grpc
+from feedlog.replication.client import Address, FeedClient, channel_options
+from feedlog.replication.sync import clone
+from feedlog_server.app import PeerServer
+from feedlog_server.group_commit import GroupCommitter
+
+Peers = Callable[..., PeerServer]
+Clients = Callable[..., FeedClient]
+MiB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+KP = KeyPair.from_seed(bytes([21]) * 32)
+
+# a reader that stops reading as cheaply as an attacker can: no window growth, a 64 KiB window
+STALLED = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 << 10)]
+
+
+def bench() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "bench_stalled_readers", ROOT / "tools/bench/bench_stalled_readers.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def big_feed(path: Path, batches: list[list[int]], kp: KeyPair = KP) -> Feed:
+    """A feed whose batches hold entries of the given value sizes (incompressible)."""
+    feed = Feed.create(path, key_pair=kp, timestamps="exact", fsync=False)
+    n = 0
+    for sizes in batches:
+        feed.append([Write(f"/k{n + i}", bytes([(n + i) % 251]) * s) for i, s in enumerate(sizes)])
+        n += len(sizes)
+    return feed
+
+
+@contextmanager
+def stalled_reads(target: str, key: bytes, count: int, **request: Any) -> Iterator[list[Any]]:
+    """`count` Read streams on their own connections that take one message (if any) and stop reading."""
+    channels = [grpc.insecure_channel(target, options=channel_options() + STALLED) for _ in range(count)]
+    calls = [
+        pb_grpc.FeedsStub(ch).Read(pb.ReadRequest(feed=pb.FeedId(key=key), **request), timeout=30) for ch in channels
+    ]
+    try:
+        yield calls
+    finally:
+        for c in calls:
+            c.cancel()
+        for ch in channels:
+            ch.close()
+
+
+def first_or_error(call: Any) -> grpc.StatusCode | None:
+    try:
+        next(call)
+        return None
+    except grpc.RpcError as e:
+        return e.code()
+
+
+# ---- item 2: slow readers ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_stalled_readers_cost_the_peer_about_one_message_each(tmp_path: Path) -> None:
+    # before: every message was built from a read of up to 4096 blocks, whatever the budget
+    # (here the whole 24 MiB feed, per stream): 4 readers cost the peer ~100+ MiB
+    r = bench().run(mib=24, readers=4, seconds=1.5, root=tmp_path)
+    assert r.first == 4
+    assert r.peak - r.idle < 24 * MiB, f"idle {r.idle / MiB:.0f} MiB, peak {r.peak / MiB:.0f} MiB"
+
+
+def test_a_full_in_flight_budget_cancels_the_stalled_reader_not_the_others(
+    peers: Peers, clients: Clients, tmp_path: Path
+) -> None:
+    big_feed(tmp_path / "peer" / "f", [[64 << 10] * 16 for _ in range(12)]).close()  # 12 MiB, 1 MiB batches
+    peer = peers("peer", max_in_flight_bytes=3 * MiB, stall_seconds=1.0)
+    with stalled_reads(peer.address, KP.public_key, 4) as stalled:
+        assert all(first_or_error(c) is None for c in stalled)
+        # the stalled streams soon each hold a message nobody takes: the budget runs out
+        deadline = time.monotonic() + 10
+        while peer.service.in_flight.used < 2 * MiB and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t = time.monotonic()
+        c = clients(peer)
+        got = sum(len(s.blocks) for m in c.read(KP.public_key, 0) for s in m.segments)
+        assert got == 1 + 12 * 16  # a fresh reader still reads everything ...
+        assert time.monotonic() - t < 10
+        codes = [first_or_error(s) for s in stalled]  # ... because stalled holders were cancelled
+        assert grpc.StatusCode.CANCELLED in codes
+        assert peer.service.in_flight.used <= 3 * MiB
+
+
+# ---- item 3: streams never starve unary calls ---------------------------------------------------
+
+
+def test_stalled_reads_count_as_streams_and_unary_calls_still_run(
+    peers: Peers, clients: Clients, tmp_path: Path
+) -> None:
+    big_feed(tmp_path / "peer" / "f", [[256 << 10] * 4 for _ in range(8)]).close()  # 8 MiB
+    peer = peers("peer", max_streams=2)  # a pool of 2 + 32 threads
+    c = clients(peer)
+    key = c.create(timestamps="exact").key
+    with stalled_reads(peer.address, KP.public_key, 40) as calls:
+        codes = [first_or_error(call) for call in calls]
+        assert codes.count(None) == 2
+        assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 38
+        try:
+            next(calls[-1])
+        except grpc.RpcError as e:
+            assert "too many open streams" in (e.details() or "")
+        # every thread the 40 streams could have taken: unary calls still find one
+        assert c.info(KP.public_key).state.length == 33
+        assert c.put(key, [Write("/x", b"1")])[0].seq == 1
+
+
+# ---- item 4: one bad put fails alone -------------------------------------------------------------
+
+
+def test_a_put_with_a_huge_ttl_fails_alone(peers: Peers, clients: Clients) -> None:
+    peer = peers("peer")
+    c = clients(peer)
+    key = c.create(timestamps="exact").key
+    hostile = Write("/evil", b"x", False, (1 << 64) - 1)
+
+    def innocent(i: int) -> str | None:
+        try:
+            c.put(key, [Write(f"/k{i}", b"v")])
+            return None
+        except Exception as e:
+            return repr(e)
+
+    def evil(_: int) -> str:
+        try:
+            c.put(key, [hostile])
+        except InvalidArgument as e:
+            return str(e)
+        return "accepted"
+
+    with ThreadPoolExecutor(24) as pool:
+        bad = [pool.submit(evil, i) for i in range(10)]
+        failures = [f for f in pool.map(innocent, range(200)) if f is not None]
+    assert failures == []
+    assert all("TTL" in b.result() for b in bad)
+    assert c.info(key).state.length == 201
+
+
+def test_a_member_refused_inside_a_group_fails_alone(tmp_path: Path) -> None:
+    # defence in depth: what passed the check but fails when the group is encoded fails that member only
+    feed = Feed.create(tmp_path / "f", timestamps="exact", fsync=False)
+    committed = threading.Event()
+    gc = GroupCommitter(feed, committed.set)
+    try:
+        with feed.core.lock:  # the committer waits for the lock: the next submits queue up as one group
+            first = gc.submit([Write("/first", b"1")])
+            time.sleep(0.05)
+            group = [gc.submit([Write(f"/k{i}", b"v")]) for i in range(50)]
+            hostile = gc.submit([Write("/evil", b"x", False, (1 << 64) - 1)])
+            group += [gc.submit([Write(f"/j{i}", b"v")]) for i in range(50)]
+        assert first.result(5)[0][0].seq == 1
+        seqs = [f.result(5)[0][0].seq for f in group]
+        assert sorted(seqs) == list(range(2, 102))
+        with pytest.raises(InvalidArgument, match="TTL"):
+            hostile.result(5)
+    finally:
+        gc.close()
+        feed.close()
+
+
+# ---- item 6: messages within the budget ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "batches, budget",
+    [
+        ([[int(0.95 * MiB)], [MiB // 2] * 31], 16 * MiB),  # a 15.5 MiB batch after a 0.95 MiB one
+        ([[int(0.95 * MiB)], [MiB // 2] * 31], 0),  # the same at the default budget
+        ([[MiB // 4] * 4 for _ in range(20)], 16 * MiB),  # a 16 MiB budget over 1 MiB batches
+        ([[6 * MiB], [100] * 3], 64 << 10),  # a block larger than the budget comes alone
+    ],
+)
+def test_large_batches_are_served_within_the_budget_and_clone(
+    peers: Peers, clients: Clients, tmp_path: Path, batches: list[list[int]], budget: int
+) -> None:
+    with big_feed(tmp_path / "peer" / "f", batches) as f:
+        want = list(f.core.get_range(0, f.length))
+    peer = peers("peer")
+    c = FeedClient(peer.address, timeout=30)
+    try:
+        limit = min(budget or MiB, 16 * MiB)
+        got = []
+        for m in c.read(KP.public_key, 0, max_message_bytes=budget):
+            size = m.ByteSize()
+            assert size <= peer.max_message_bytes
+            assert size <= limit or len([b for s in m.segments for b in s.blocks]) == 1
+            got += [b for s in m.segments for b in s.blocks]
+        assert got == [b for _, b in want]
+    finally:
+        c.close()
+    copy = clone(Address(peer.address, KP.public_key.hex()), tmp_path / "copy")
+    assert copy.length == len(want)
+    with Feed.open(tmp_path / "copy", writable=False) as f:
+        assert f.verify().length == len(want)
+
+
+def test_a_block_larger_than_the_send_limit_is_refused_clearly(peers: Peers, tmp_path: Path) -> None:
+    big_feed(tmp_path / "peer" / "f", [[100], [MiB]]).close()
+    peer = peers("peer", max_message_bytes=512 << 10)
+    with FeedClient(peer.address, timeout=10) as c, pytest.raises(Unsupported, match="too large for one message"):
+        list(c.read(KP.public_key, 0))
