@@ -87,8 +87,8 @@ class PeerServer:
         self.follow_tls = follow_tls
         self.accept_new = accept_new
         # None: generate (or reuse) DATA/_peer/write-token unless clients authenticate with certificates;
-        # lines as in a token file (a token, or sha256:HEX)
-        self.write_tokens = write_tokens
+        # lines as in a token file (a token, or sha256:HEX). Only their hashes are kept.
+        self.token_hashes = None if write_tokens is None else token_hashes(write_tokens)
         self.write_rate = write_rate
         self.create_rate = create_rate
         self.token: str | None = None  # the generated token, for in-process clients
@@ -109,8 +109,8 @@ class PeerServer:
 
     def start(self) -> PeerServer:
         client_certs = bool(self.tls and self.tls.client_ca)
-        hashes = token_hashes(self.write_tokens or ())
-        if self.write_tokens is None and not client_certs:
+        hashes = self.token_hashes or []
+        if self.token_hashes is None and not client_certs:
             self.token_file, self.token = generated_token(self.data)
             hashes = token_hashes([self.token])
             event("write_token", file=str(self.token_file))  # where it is, never the token itself
