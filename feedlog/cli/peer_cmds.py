@@ -266,7 +266,9 @@ def register(sub: Any) -> None:
         help="write requests per client (default 10000/s,20000)",
     )
     p.add_argument("--create-rate", default="1/s,20", metavar="RATE", help="new feeds per client (default 1/s,20)")
-    p.add_argument("--max-streams", type=int, default=64, help="open streams of any kind (reads, tails, pipelined appends) at most")
+    p.add_argument(
+        "--max-streams", type=int, default=64, help="open streams of any kind (reads, tails, pipelined appends) at most"
+    )
     p.add_argument("--max-message-bytes", type=int, default=16 << 20, help="largest request accepted (16 MiB)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
 
