@@ -44,6 +44,8 @@ from .merkle import Node, Proof, TreeState
 KEY_FILE = "key"
 #: marks the directory a create builds a feed in, beside its final path: `.NAME.creating-RANDOM`
 CREATING = ".creating-"
+#: marks a directory a create is moving a built feed into (when it existed, empty, beforehand)
+MOVING = ".feedlog-creating"
 SECRET_FILE = "secret_key"
 #: write a checkpoint (fsync tree+index) after this many log bytes, bounding recovery work
 CHECKPOINT_BYTES = 32 << 20
@@ -63,6 +65,34 @@ def segment_cost(block: bytes | None, *, first: bool) -> int:
     """An upper bound on what `block` adds to an encoded ReadResponse (the segment's own framing if `first`)."""
     cost = BLOCK_FRAMING + (CLEARED_NODE_BYTES if block is None else len(block))
     return cost + SEGMENT_FRAMING if first else cost
+
+
+#: the files of a feed directory, the settings file `feed.Feed` adds included: all a create ever removes
+FEED_FILES = frozenset(
+    {KEY_FILE, SECRET_FILE, storage.LOG, storage.TREE, storage.INDEX, storage.CHECKPOINT, "feed.json"}
+)
+
+
+def is_tmp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")  # storage.atomic_write's temporary files
+
+
+def _move_into(build: Path, p: Path, given: Path) -> None:
+    """Move a built feed's files into the empty directory `p`, the key file last.
+
+    The MOVING marker, there until the key is, tells the next create that
+    files without a key here are its own remnants, safe to delete.
+    """
+    os.close(os.open(p / MOVING, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    storage.fsync_dir(p)
+    for n in sorted(os.listdir(build), key=lambda n: n == KEY_FILE):
+        if n == KEY_FILE:
+            storage.fsync_dir(p)  # everything else is in place before the key makes it a feed
+            faults.point("create.moved")
+        os.rename(build / n, p / n)
+    storage.fsync_dir(p)
+    (p / MOVING).unlink()
+    os.rmdir(build)
 
 
 def _remove_abandoned_builds(path: Path) -> None:
@@ -175,21 +205,31 @@ class Core:
         fsync: bool = True,
         init: Callable[[Core], None] | None = None,
     ) -> Core:
-        """A new feed at `path`, built whole in a directory beside it, then renamed into place.
+        """A new feed at `path`, built whole in a directory beside it, then moved into place.
 
         `init` runs on the new core before it appears at `path` (a `Feed` writes
         its settings and header block there). A crash at any step leaves either
-        nothing at `path` or a complete feed, never a key without its header
-        (issue 13 item 7). A build directory a crash left behind
-        (`.NAME.creating-*`, hidden from hosts) is removed by the next create of NAME.
+        no feed at `path` or a complete one, never a key without its header
+        (issue 13 item 7). The build directory is renamed to `path`; onto an
+        existing empty directory (a mount point, a shell's working directory)
+        its files move in instead, the key file last, since the key is what
+        makes a directory a feed. A build a crash left behind (`.NAME.creating-*`,
+        ignored by hosts) is removed by the next create of NAME, as are feed
+        files without a key at `path`.
         """
-        p = Path(path)
+        given = Path(path)
+        p = Path(os.path.abspath(given))  # "." has no name to build beside
         if (p / KEY_FILE).exists():
-            raise AlreadyExists(f"{p}: a feed already exists there")
+            raise AlreadyExists(f"{given}: a feed already exists there")
         if p.exists() and not p.is_dir():
-            raise InvalidArgument(f"{p}: exists and is not a directory")
-        if p.is_dir() and any(p.iterdir()):
-            raise InvalidArgument(f"{p}: exists, is not empty and holds no feed")
+            raise InvalidArgument(f"{given}: exists and is not a directory")
+        existing = p.is_dir()
+        if existing:
+            names = os.listdir(p)
+            if names and (MOVING not in names or any(n not in FEED_FILES | {MOVING} and not is_tmp(n) for n in names)):
+                raise InvalidArgument(f"{given}: exists, is not empty and holds no feed")
+            for n in names:  # what a create killed while moving files in left: no key, so never a feed
+                (p / n).unlink()
         p.parent.mkdir(parents=True, exist_ok=True)
         _remove_abandoned_builds(p)
         tmp = p.with_name(f".{p.name}{CREATING}{secrets.token_hex(4)}")
@@ -200,11 +240,13 @@ class Core:
             try:
                 cls._build(tmp, key_pair, fsync, init)
                 faults.point("create.built")
-                try:
-                    # onto nothing, or onto an empty directory: rename(2) replaces only an empty one
-                    os.rename(tmp, p)
-                except OSError as e:
-                    raise AlreadyExists(f"{p}: created by someone else meanwhile ({e.strerror})") from None
+                if existing:
+                    _move_into(tmp, p, given)
+                else:
+                    try:
+                        os.rename(tmp, p)
+                    except OSError as e:
+                        raise AlreadyExists(f"{given}: created by someone else meanwhile ({e.strerror})") from None
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -212,7 +254,7 @@ class Core:
         finally:
             os.close(lock)
         faults.point("create.renamed")
-        return cls.open(p, fsync=fsync)
+        return cls.open(given, fsync=fsync)
 
     @classmethod
     def _build(cls, d: Path, key_pair: KeyPair, fsync: bool, init: Callable[[Core], None] | None) -> None:

@@ -25,7 +25,7 @@ from .. import faults
 from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument, NotFound
 from . import entries, storage
-from .core import KEY_FILE, MAX_BLOCK_BYTES, SECRET_FILE, Core, VerifyReport
+from .core import FEED_FILES, KEY_FILE, MAX_BLOCK_BYTES, SECRET_FILE, Core, VerifyReport, is_tmp
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record
 from .merkle import TreeState
@@ -92,8 +92,6 @@ class CompactReport:
 
 
 _INTERRUPTED = "an interrupted create left a key here but no header block"
-#: what a feed directory holds (`_discard_interrupted` removes nothing else)
-_FEED_FILES = {KEY_FILE, SECRET_FILE, storage.LOG, storage.TREE, storage.INDEX, storage.CHECKPOINT, SETTINGS_FILE}
 
 
 def _discard_interrupted(p: Path) -> None:
@@ -105,7 +103,7 @@ def _discard_interrupted(p: Path) -> None:
     if not (p / SECRET_FILE).is_file():
         return
     names = {d.name for d in p.iterdir()}
-    if any(n not in _FEED_FILES and not (n.startswith(".") and n.endswith(".tmp")) for n in names):
+    if any(n not in FEED_FILES and not is_tmp(n) for n in names):
         return
     if KEY_FILE in names:
         try:

@@ -11,9 +11,9 @@ import pytest
 
 from feedlog import faults
 from feedlog.cli import main
-from feedlog.errors import NotFound
+from feedlog.errors import InvalidArgument, NotFound
 from feedlog.log import entries
-from feedlog.log.core import Core
+from feedlog.log.core import FEED_FILES, Core
 from feedlog.log.crypto import KeyPair
 from feedlog.log.feed import Feed
 from feedlog_server.host import FeedHost
@@ -64,17 +64,21 @@ CREATE_STEPS = [
     "create.settings",
     "create.header",
     "create.built",
+    "create.moved",  # into a directory that existed (empty) before
     "create.renamed",
 ]
 
 
+@pytest.mark.parametrize("existing", [False, True], ids=["new-dir", "existing-dir"])
 @pytest.mark.parametrize("step", CREATE_STEPS)
 def test_a_create_killed_at_any_step_leaves_no_feed_or_a_complete_one(
-    tmp_path: Path, step: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, step: str, existing: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 13 item 7: a put after an interrupted create must never write an entry as block 0."""
     root = tmp_path / "root"
     p = root / "f"
+    if existing:  # e.g. a mount point: files move into it, the directory itself stays
+        p.mkdir(parents=True)
     code = f"from feedlog.log.feed import Feed\nFeed.create({str(p)!r}, timestamps='off')\n"
     assert run_child(code, f"{step}=exit") in (0, faults.EXIT_CODE)
     host = FeedHost(root)  # a peer starting over the directory neither fails nor serves a half feed
@@ -139,3 +143,18 @@ def test_a_replica_create_killed_at_any_step_can_still_be_filled(tmp_path: Path,
     with Feed.open(p, writable=False) as copy:
         assert copy.verify().length == 2 and [r.key for r in copy.records()] == ["k"]
     assert sorted(d.name for d in p.parent.iterdir()) == ["copy"]
+
+
+def test_create_into_an_existing_directory_keeps_it_and_never_touches_other_files(tmp_path: Path) -> None:
+    p = tmp_path / "mnt"
+    p.mkdir()
+    inode = p.stat().st_ino
+    with Feed.create(p) as f:  # a mount point or a shell's working directory must stay the same directory
+        assert f.length == 1
+    assert p.stat().st_ino == inode and sorted(os.listdir(p)) == sorted(FEED_FILES)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "log").write_text("someone's log")  # a feed file's name, but no create of ours left it
+    with pytest.raises(InvalidArgument, match="not empty"):
+        Feed.create(other)
+    assert (other / "log").read_text() == "someone's log"
