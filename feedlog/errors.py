@@ -36,6 +36,14 @@ class SignatureError(Corruption):
     """A signature does not verify against the feed's public key."""
 
 
+class Fork(Corruption):
+    """The feed's key holder signed two different trees for the same length (or a different fork number).
+
+    Neither copy is damaged; the writer equivocated, so no copy can simply be
+    continued from the other. Raised with both tree hashes named.
+    """
+
+
 class Conflict(FeedlogError):
     """Someone else changed the state first (a lost race, a stale length)."""
 

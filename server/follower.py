@@ -14,8 +14,9 @@ import logging
 import threading
 
 from feedlog.errors import Corruption, FeedlogError
+from feedlog.replication import wire
 from feedlog.replication.client import Address, FeedClient, Subscription, Tls
-from feedlog.replication.sync import store_responses
+from feedlog.replication.sync import check_remote, store_responses
 
 from .events import event
 from .host import FeedHost
@@ -60,13 +61,16 @@ class Follower:
 
             try:
                 with FeedClient(peer, tls=self.tls) as client:
-                    sub = client.subscribe(self.key, hf.feed.length)
+                    # a peer whose signed tree differs at a length we hold is a fork, not "nothing new";
+                    # the roots at our length let store_responses catch one further on (issue 13 item 10)
+                    check_remote(hf.feed, wire.state_of(client.info(self.key).state), peer)
+                    sub = client.subscribe(self.key, hf.feed.length, with_roots=True)
                     with self._lock:
                         self._sub = sub
                     if self._stop.is_set():
                         sub.cancel()
                     event("follow_connected", peer=peer, feed=feed, length=hf.feed.length)
-                    store_responses(hf.feed, sub, peer, stored)
+                    store_responses(hf.feed, sub, peer, stored, budget=client.budget)
             except Corruption as e:
                 self.rejections += 1
                 self.last_error = str(e)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, Unavailable
 from ..log import entries
 from ..log.feed import Write
 from ..log.timestamps import parse_duration
@@ -220,6 +220,8 @@ def cmd_tail(ns: argparse.Namespace) -> None:
                     shown += 1
                     if ns.count is not None and shown >= ns.count:
                         return
+            # a tail runs until interrupted: a peer that ends it (shutting down, or misbehaving) is not success
+            raise Unavailable(f"{address.target}: the peer ended the tail after {shown} entries")
         finally:
             sub.cancel()
 

@@ -31,6 +31,7 @@ from ..errors import (
     AlreadyExists,
     Conflict,
     Corruption,
+    Fork,
     InvalidArgument,
     NotFound,
     ReadOnly,
@@ -372,6 +373,12 @@ class Core:
             if state.length != start + len(blocks):
                 raise InvalidArgument(f"batch of {len(blocks)} at length {start} cannot reach length {state.length}")
             check_block_sizes(start, blocks)
+            if start and state.fork != self._state.fork:
+                # a fork number changes only with a truncation, which replication cannot verify (issue 13 item 10)
+                raise Fork(
+                    f"a batch signed for fork {state.fork} cannot continue this copy at fork {self._state.fork}"
+                    f" (length {start}, tree {self._state.tree_hash.hex()})"
+                )
             created, roots = merkle.append_leaves(self._roots, start, blocks)
             if merkle.roots_hash(roots) != state.tree_hash:
                 raise Corruption(f"blocks {start}..{state.length - 1} do not hash to the signed tree hash")

@@ -28,7 +28,7 @@ from ..log.merkle import Proof, TreeState
 from ..pb import feeds_pb2 as pb
 from ..pb import feeds_pb2_grpc as pb_grpc
 from . import wire
-from .verify import SegmentVerifier, Verified
+from .verify import DEFAULT_BUDGET, SegmentVerifier, Verified, max_message_bytes, max_unsigned_bytes
 
 DEFAULT_TIMEOUT = 30.0
 MAX_MESSAGE_BYTES = 64 << 20
@@ -93,20 +93,24 @@ class Tls:
             raise InvalidArgument(f"cannot read TLS file: {e}") from None
 
 
-def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
+def channel_options(
+    max_message_bytes: int = MAX_MESSAGE_BYTES, max_receive: int | None = None
+) -> list[tuple[str, Any]]:
+    """`max_receive` (default `max_message_bytes`): a reader's is its budget plus one block."""
     return [
         ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_receive or max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
     ]
 
 
-def open_channel(target: str, tls: Tls | None = None) -> grpc.Channel:
+def open_channel(target: str, tls: Tls | None = None, *, max_receive: int | None = None) -> grpc.Channel:
+    options = channel_options(max_receive=max_receive)
     if tls is None:
-        return grpc.insecure_channel(target, options=channel_options())
+        return grpc.insecure_channel(target, options=options)
     creds = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
-    return grpc.secure_channel(target, creds, options=channel_options())
+    return grpc.secure_channel(target, creds, options=options)
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
@@ -123,12 +127,23 @@ class FeedClient:
     """`token`: the peer's write token, sent with the calls that write (Create, Put, PutStream, Append)."""
 
     def __init__(
-        self, target: str, *, tls: Tls | None = None, timeout: float = DEFAULT_TIMEOUT, token: str | None = None
+        self,
+        target: str,
+        *,
+        tls: Tls | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        token: str | None = None,
+        budget: int = DEFAULT_BUDGET,
     ) -> None:
         self.target = target
         self.timeout = timeout
         self.auth = auth_metadata(token)
-        self.channel = open_channel(target, tls)
+        if not 0 < budget < 1 << 32:
+            raise InvalidArgument(f"a message budget is 1..{(1 << 32) - 1} bytes, got {budget}")
+        # what a reader asks per message, and so the most it accepts in one (plus one block) and
+        # holds before a signature: a flooding peer is cut off there (issue 13 items 1 and 6)
+        self.budget = budget
+        self.channel = open_channel(target, tls, max_receive=max_message_bytes(budget))
         self.stub = pb_grpc.FeedsStub(self.channel)
 
     def close(self) -> None:
@@ -152,6 +167,13 @@ class FeedClient:
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.CANCELLED:
                 return
+            detail = e.details() or ""
+            if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "received message larger" in detail.lower():
+                # our receive limit is the budget we asked for plus one block: the peer ignored it
+                raise Corruption(
+                    f"{self.target}: sent a message larger than the {self.budget}-byte budget asked for "
+                    f"plus one block ({detail})"
+                ) from None
             raise wire.error_of(e, self.target) from None
 
     # ---- unary ------------------------------------------------------------------------
@@ -192,25 +214,23 @@ class FeedClient:
         self, key: bytes, start: int, end: int = 0, *, with_roots: bool = False, max_message_bytes: int = 0
     ) -> Iterator[pb.ReadResponse]:
         req = pb.ReadRequest(
-            feed=pb.FeedId(key=key), start=start, end=end, with_roots=with_roots, max_message_bytes=max_message_bytes
+            feed=pb.FeedId(key=key),
+            start=start,
+            end=end,
+            with_roots=with_roots,
+            max_message_bytes=min(max_message_bytes or self.budget, self.budget),
         )
         return self._stream(self.stub.Read(req))
 
     def subscribe(self, key: bytes, start: int, *, with_roots: bool = False) -> Subscription:
-        req = pb.SubscribeRequest(feed=pb.FeedId(key=key), start=start, with_roots=with_roots)
+        req = pb.SubscribeRequest(
+            feed=pb.FeedId(key=key), start=start, with_roots=with_roots, max_message_bytes=self.budget
+        )
         return Subscription(self, self.stub.Subscribe(req))
 
     def read_verified(self, key: bytes, start: int, end: int = 0) -> Iterator[Verified]:
         """Blocks [start, end) (end 0: the current length) as verified batches, trimmed to the range."""
-        return verified(
-            self._stream(
-                self.stub.Read(pb.ReadRequest(feed=pb.FeedId(key=key), start=start, end=end, with_roots=True))
-            ),
-            key,
-            start,
-            end or None,
-            self.target,
-        )
+        return verified(self.read(key, start, end, with_roots=True), key, start, end or None, self.target, self.budget)
 
 
 class Subscription:
@@ -224,21 +244,32 @@ class Subscription:
         return self._client._stream(self._call)
 
     def verified(self, key: bytes, start: int) -> Iterator[Verified]:
-        return verified(iter(self), key, start, None, self._client.target)
+        return verified(iter(self), key, start, None, self._client.target, self._client.budget)
 
     def cancel(self) -> None:
         self._call.cancel()
 
 
 def verified(
-    responses: Iterator[pb.ReadResponse], key: bytes, start: int, end: int | None, source: str
+    responses: Iterator[pb.ReadResponse],
+    key: bytes,
+    start: int,
+    end: int | None,
+    source: str,
+    budget: int = DEFAULT_BUDGET,
 ) -> Iterator[Verified]:
+    """Verified batches of a Read/Subscribe stream; holds at most `max_unsigned_bytes(budget)` unsigned.
+
+    A stream that ends in the middle of a batch is an error (the peer sent
+    blocks it never signed), not a quiet end.
+    """
     v: SegmentVerifier | None = None
     for resp in responses:
         if v is None:
-            v = SegmentVerifier(key, start, wire.nodes_of(resp.roots), source=source)
+            roots = wire.nodes_of(resp.roots)
+            v = SegmentVerifier(key, start, roots, source=source, max_unsigned=max_unsigned_bytes(budget))
         for m in resp.segments:
-            batch = v.add(wire.segment_of(m))
+            batch = v.receive(m)
             if batch is None:
                 continue
             if end is not None and batch.start + len(batch.blocks) > end:
@@ -247,6 +278,8 @@ def verified(
                 yield batch
             if end is not None and v.length >= end:
                 return
+    if v is not None and v.pending:
+        raise Corruption(f"{source}: the stream ended after {v.pending} blocks from {v.length} that were never signed")
 
 
 def appended_of(a: pb.Appended) -> Appended:

@@ -8,19 +8,23 @@ verified before it stays.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Conflict, Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable
+from ..errors import Conflict, Corruption, FeedlogError, Fork, InvalidArgument, NotFound, SignatureError, Unavailable
+from ..log import merkle
 from ..log.feed import Feed
-from ..log.merkle import TreeState
+from ..log.merkle import Node, TreeState
 from ..log.storage import atomic_write
 from ..pb import feeds_pb2 as pb
 from . import wire
 from .client import Address, FeedClient, Tls
+from .verify import DEFAULT_BUDGET, SegmentVerifier, Unsigned, max_unsigned_bytes
 
 REMOTE_FILE = "remote.json"
 PUSH_BATCH_BYTES = 1 << 20
@@ -33,27 +37,43 @@ class Copied:
 
 
 def store_responses(
-    feed: Feed, responses: Iterable[pb.ReadResponse], source: str, on_stored: Callable[[int], None] | None = None
+    feed: Feed,
+    responses: Iterable[pb.ReadResponse],
+    source: str,
+    on_stored: Callable[[int], None] | None = None,
+    *,
+    budget: int = DEFAULT_BUDGET,
 ) -> int:
     """Store the signed batches of a Read/Subscribe stream that continues this feed; return blocks stored.
 
     One fsync per received message, not per batch. `on_stored(length)` runs
     after each message that stored something (a follower wakes its tails).
+    At most `max_unsigned_bytes(budget)` is held before a signature arrives,
+    and a stream that ends mid-batch is an error: a peer that streams blocks
+    it never signs is refused, named, rather than buffered (issue 13 item 1).
+    If the stream was asked `with_roots`, roots at our length that differ
+    from our tree are checked for a fork (`_fork_at`).
     """
     stored = 0
     pending: list[bytes] = []
-    for resp in responses:
+    unsigned = Unsigned(max_unsigned_bytes(budget), source)
+    it = iter(responses)
+    for resp in it:
+        if resp.roots and feed.length and not stored and not pending:
+            roots = wire.nodes_of(resp.roots)
+            if merkle.roots_hash(roots) != feed.core.state.tree_hash:
+                _fork_at(feed, roots, itertools.chain([resp], it), source, budget)
         grew = False
         for m in resp.segments:
             expected = feed.length + len(pending)
             if m.start != expected:
                 raise Corruption(f"{source}: sent blocks from {m.start}, expected {expected}")
             if m.cleared:
-                first = min(n.index // 2 for n in m.cleared)
                 raise Unavailable(
-                    f"{source}: block {first} was cleared by compaction there; "
-                    "replicate from a peer that still holds it"
+                    f"{source}: blocks from {m.start} were cleared by compaction there; "
+                    "replicate from a peer that still holds them"
                 )
+            unsigned.charge_pb(m)  # before touching the blocks: refuses a flood cheaply
             pending.extend(m.blocks)
             if m.HasField("state"):
                 state = wire.state_of(m.state)
@@ -61,14 +81,76 @@ def store_responses(
                     feed.store_signed(pending, state, sync=False)
                 except Corruption as e:
                     raise type(e)(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
+                except InvalidArgument as e:  # e.g. a state whose length does not fit the blocks
+                    raise Corruption(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
                 stored += len(pending)
                 pending = []
+                unsigned.signed()
                 grew = True
         if grew:
             feed.core.sync()
             if on_stored is not None:
                 on_stored(feed.length)
+    if pending:
+        raise Corruption(
+            f"{source}: the stream ended after {len(pending)} blocks from {feed.length} that were never signed"
+        )
     return stored
+
+
+def _fork_at(feed: Feed, roots: list[Node], responses: Iterator[pb.ReadResponse], source: str, budget: int) -> None:
+    """The peer's tree at our length differs from ours: a fork if its next signed batch proves it, else a lie."""
+    length, ours = feed.length, feed.core.state.tree_hash.hex()
+    theirs = merkle.roots_hash(roots).hex()
+    try:
+        v = SegmentVerifier(feed.key, length, roots, source=source, max_unsigned=max_unsigned_bytes(budget))
+        for resp in responses:
+            for m in resp.segments:
+                batch = v.receive(m)
+                if batch is not None:
+                    raise Fork(
+                        f"{source}: the feed forked at length {length}: our tree there is {ours}, the peer's is "
+                        f"{theirs}, and the key holder signed its continuation to length {batch.state.length} "
+                        f"(tree {batch.state.tree_hash.hex()}); keeping ours"
+                    )
+    except Fork:
+        raise
+    except Corruption as e:
+        raise Corruption(
+            f"{source}: sent roots at length {length} that are not our tree ({theirs}, ours {ours}): {e}"
+        ) from None
+    raise Corruption(
+        f"{source}: sent roots at length {length} that are not our tree ({theirs}, ours {ours}) and no signed batch"
+    )
+
+
+def check_remote(feed: Feed, state: TreeState, source: str) -> None:
+    """Refuse a peer whose signed state disagrees with ours at a length we both hold (issue 13 item 10).
+
+    Compares tree hashes, not lengths: a different signed tree at the same or
+    a shorter length is a fork, reported with both hashes. A longer state is
+    checked as its batches arrive (they must extend our tree).
+    """
+    if state.length == 0:
+        return  # the peer holds nothing of the feed: nothing to compare
+    if not feed.core.verifier.verify(state.signature, state.signable()):
+        raise SignatureError(f"{source}: its signed state for length {state.length} does not verify with the feed key")
+    if state.length > feed.length:
+        return
+    if state.length == feed.length:
+        ours = feed.core.state
+    else:
+        ours = TreeState(
+            state.length,
+            feed.core.state.fork,
+            merkle.roots_hash(merkle.nodes_for_roots(state.length, feed.core.node)),
+            b"",
+        )
+    if ours.tree_hash != state.tree_hash or ours.fork != state.fork:
+        raise Fork(
+            f"{source}: the feed forked: at length {state.length} the peer's signed tree is {state.tree_hash.hex()} "
+            f"(fork {state.fork}), ours is {ours.tree_hash.hex()} (fork {ours.fork})"
+        )
 
 
 def _remote(path: Path) -> Address:
@@ -81,35 +163,65 @@ def _remote(path: Path) -> Address:
         raise Corruption(f"{path / REMOTE_FILE}: {e}") from None
 
 
+def _fetch(feed: Feed, client: FeedClient, state: TreeState, source: str) -> int:
+    """Fetch our length..state.length and make sure we end exactly at the peer's signed state."""
+    n = store_responses(
+        feed, client.read(feed.key, feed.length, state.length, with_roots=True), source, budget=client.budget
+    )
+    if feed.length < state.length:
+        raise Corruption(
+            f"{source}: advertised length {state.length} but its stream ended at {feed.length} "
+            f"({n} blocks fetched and kept)"
+        )
+    check_remote(feed, state, source)
+    return n
+
+
 def clone(address: Address, path: str | os.PathLike[str], *, tls: Tls | None = None) -> Copied:
-    """A verified copy of the feed at `address` in a new directory, remembering where it came from."""
+    """A verified copy of the feed at `address` in a new directory, remembering where it came from.
+
+    Fails (and leaves no directory behind if nothing verified) unless the copy
+    reaches the length and tree the peer advertised.
+    """
     key = address.key
     p = Path(path)
     with FeedClient(address.target, tls=tls) as client:
-        client.info(key)  # fail before creating anything if the peer does not have it
-        with Feed.create_replica(p, key) as feed:
+        # fail before creating anything if the peer does not have it, or holds none of it
+        state = wire.state_of(client.info(key).state)
+        if state.length == 0:
+            raise NotFound(f"{address.target}: holds no blocks of feed {key.hex()}")
+        feed = Feed.create_replica(p, key)
+        try:
+            check_remote(feed, state, address.target)
             atomic_write(p / REMOTE_FILE, json.dumps({"url": str(address)}).encode())
-            n = store_responses(feed, client.read(key, 0), address.target)
+            n = _fetch(feed, client, state, address.target)
             return Copied(n, feed.length)
+        except BaseException:
+            empty = feed.length == 0
+            feed.close()
+            if empty:
+                shutil.rmtree(p, ignore_errors=True)
+            raise
+        finally:
+            feed.close()
 
 
 def pull(path: str | os.PathLike[str], *, tls: Tls | None = None) -> Copied:
-    """Fetch, verify and store what the feed's origin has beyond our length."""
+    """Fetch, verify and store what the feed's origin has beyond our length; a fork is an error, not a no-op."""
     p = Path(path)
     address = _remote(p)
     with Feed.open(p) as feed, FeedClient(address.target, tls=tls) as client:
         if feed.key != address.key:
             raise Corruption(f"{p / REMOTE_FILE} names feed {address.feed}, but this is {feed.key.hex()}")
-        remote = client.info(feed.key).state.length
-        if remote <= feed.length:
+        state = wire.state_of(client.info(feed.key).state)
+        check_remote(feed, state, address.target)
+        if state.length <= feed.length:
             return Copied(0, feed.length)
-        n = store_responses(feed, client.read(feed.key, feed.length, remote), address.target)
+        n = _fetch(feed, client, state, address.target)
         return Copied(n, feed.length)
 
 
-def push(
-    path: str | os.PathLike[str], address: Address, *, tls: Tls | None = None, token: str | None = None
-) -> Copied:
+def push(path: str | os.PathLike[str], address: Address, *, tls: Tls | None = None, token: str | None = None) -> Copied:
     """Send the peer every signed batch it lacks (it checks each signature before storing).
 
     A peer takes a feed it does not host yet only from an authenticated client

@@ -12,14 +12,79 @@ performs the same checks as it stores.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import Corruption, SignatureError
 from ..log import flat_tree, merkle
-from ..log.core import Segment
+from ..log.core import MAX_BLOCK_BYTES, Segment
 from ..log.crypto import Verifier, leaf_hash
 from ..log.merkle import Node, TreeState
+from ..pb import feeds_pb2 as pb
+from . import wire
+
+#: the message budget a reader asks of a peer unless told otherwise (the peer's default too)
+DEFAULT_BUDGET = 1 << 20
+#: protobuf framing, roots, cleared nodes and signed states on top of a message's block bytes
+MESSAGE_OVERHEAD = 256 << 10
+#: what holding one block costs a reader beyond its bytes (the bytes object, its leaf hash and
+#: node); charged per block so that a message of a million empty blocks weighs what it costs
+BLOCK_COST = 256
+#: a signed batch may span several messages, but a reader holds at most this many messages'
+#: worth of blocks whose signature has not arrived (issue 13 item 1: a peer that never signs)
+UNSIGNED_MESSAGES = 4
+
+
+def max_message_bytes(budget: int) -> int:
+    """The largest message a reader that asked for `budget` accepts.
+
+    The budget plus one block: a block larger than the budget comes alone in
+    its message, and blocks are at most `MAX_BLOCK_BYTES`.
+    """
+    return budget + MAX_BLOCK_BYTES + MESSAGE_OVERHEAD
+
+
+def max_unsigned_bytes(budget: int) -> int:
+    """How much a reader that asked for `budget` holds before a signature (bytes + `BLOCK_COST` per block)."""
+    return UNSIGNED_MESSAGES * max_message_bytes(budget)
+
+
+class Unsigned:
+    """The blocks a reader holds whose signature has not arrived yet, bounded by `limit`.
+
+    A peer that streams blocks and never a signed state is cut off with an
+    error naming it, before the reader holds more than `limit`; blocks are
+    counted before their bytes, so a flood of tiny blocks is refused before
+    anything is built from them.
+    """
+
+    def __init__(self, limit: int, source: str) -> None:
+        self.limit = limit
+        self.source = source
+        self.cost = 0
+        self.blocks = 0
+
+    def charge(self, start: int, count: int, size: Callable[[], int]) -> None:
+        """Account for `count` more blocks (or cleared leaves) from `start`; `size()` their bytes."""
+        cost = self.cost + count * BLOCK_COST
+        if cost <= self.limit:
+            cost += size()
+        if cost > self.limit:
+            raise Corruption(
+                f"{self.source}: sent {self.blocks + count} blocks from {start - self.blocks} "
+                f"(over {self.limit} bytes) without a signed state; a reader holds at most "
+                f"{self.limit} bytes before a signature (ask for a larger message budget if "
+                "the feed really has batches that large)"
+            )
+        self.cost = cost
+        self.blocks += count
+
+    def charge_pb(self, m: pb.Segment) -> None:
+        """`charge` for a received segment: its count first, then its wire size (nothing materialised)."""
+        self.charge(m.start, len(m.blocks) + len(m.cleared), m.ByteSize)
+
+    def signed(self) -> None:
+        self.cost = self.blocks = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +106,17 @@ class Verified:
 
 
 class SegmentVerifier:
-    def __init__(self, public_key: bytes, start: int, roots: Sequence[Node], *, source: str = "peer") -> None:
+    """Verifies a reader's segments as they arrive; `receive` (wire segments) holds at most `max_unsigned`."""
+
+    def __init__(
+        self,
+        public_key: bytes,
+        start: int,
+        roots: Sequence[Node],
+        *,
+        source: str = "peer",
+        max_unsigned: int = max_unsigned_bytes(DEFAULT_BUDGET),
+    ) -> None:
         if [r.index for r in roots] != flat_tree.full_roots(start):
             raise Corruption(f"{source}: the roots sent for position {start} do not fit a tree of that length")
         self.verifier = Verifier(public_key)
@@ -49,8 +124,25 @@ class SegmentVerifier:
         self.length = start  # verified up to here
         self.roots = list(roots)
         self.state: TreeState | None = None
+        self.unsigned = Unsigned(max_unsigned, source)
         self._blocks: list[bytes | None] = []
         self._cleared: list[Node] = []
+
+    @property
+    def pending(self) -> int:
+        """Blocks received whose signature has not arrived yet."""
+        return len(self._blocks)
+
+    def receive(self, m: pb.Segment) -> Verified | None:
+        """`add` for a segment off the wire, refused (before decoding) if it would hold too much unsigned."""
+        if m.start != self.length + len(self._blocks):
+            raise Corruption(f"{self.source}: sent blocks from {m.start}, expected {self.length + len(self._blocks)}")
+        self.unsigned.charge_pb(m)
+        try:
+            seg = wire.segment_of(m)
+        except Corruption as e:
+            raise Corruption(f"{self.source}: {e}") from None
+        return self.add(seg)
 
     def add(self, seg: Segment) -> Verified | None:
         """Take the next segment; return its batch once the segment carrying the signature arrives."""
@@ -63,6 +155,7 @@ class SegmentVerifier:
             return None
         start, blocks, cleared = self.length, self._blocks, {n.index: n for n in self._cleared}
         self._blocks, self._cleared = [], []
+        self.unsigned.signed()
         leaves: list[Node] = []
         for k, b in enumerate(blocks):
             i = 2 * (start + k)

@@ -1,0 +1,354 @@
+"""A hostile upstream (issue 13 items 1 and 10): a real gRPC Feeds server on 127.0.0.1 that answers
+GetInfo with a genuine signed state and then floods Read/Subscribe with blocks it never signs, or
+serves a fork. Every reader (clone, pull, tail, a following peer) must refuse it with an error naming
+the peer, exit non-zero, and hold no more than a small multiple of its message budget meanwhile.
+
+Memory is measured in a subprocess (peak RSS over the RSS after imports), so the figures are the
+reader's own and not this test process's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from feedlog.errors import Corruption, Fork
+from feedlog.log import merkle
+from feedlog.log.crypto import KeyPair, Signer, tree_signable
+from feedlog.log.feed import Feed, Write
+from feedlog.pb import feeds_pb2 as pb
+from feedlog.pb import feeds_pb2_grpc as pb_grpc
+from feedlog.replication import wire
+from feedlog.replication.client import Address, FeedClient
+from feedlog.replication.sync import REMOTE_FILE, clone, pull
+from feedlog.replication.verify import DEFAULT_BUDGET, max_message_bytes
+from feedlog_server.app import PeerServer
+
+from .conftest import KP, local_feed
+
+CHUNK = b"x" * (1 << 20)
+#: the flood a reader faces: 64 messages of 4 MiB (256 MiB), never signed; bounded so a test of
+#: the unfixed code ends too (it used to hold all of it and report nothing)
+FLOOD_MESSAGES = 64
+BLOCKS_PER_MESSAGE = 4
+#: what a reader may grow by under the flood: the largest message it accepts (its budget plus one
+#: block) times a small constant; it holds 4 such messages unsigned at most, and receiving one costs
+#: gRPC and protobuf a few copies of it
+MEMORY_LIMIT = 12 * max_message_bytes(DEFAULT_BUDGET)
+
+
+@dataclass
+class Hostile(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untyped
+    """Answers GetInfo with `info`; `mode` says what Read/Subscribe send."""
+
+    info: pb.FeedInfo
+    mode: str = "flood"  # flood | empty-blocks | big-message | fork
+    fork_messages: list[pb.ReadResponse] = field(default_factory=list)
+    #: the genuine roots at a start position (a flooder that looks right until its blocks never get signed)
+    roots_of: Callable[[int], list[pb.Node]] | None = None
+    streams: int = 0
+
+    def GetInfo(self, request: pb.GetInfoRequest, context: grpc.ServicerContext) -> pb.FeedInfo:
+        return self.info
+
+    def _stream(self, start: int, with_roots: bool, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+        self.streams += 1
+        if self.mode == "fork":
+            yield from self.fork_messages
+            return
+        if self.mode == "empty-blocks":
+            yield pb.ReadResponse(segments=[pb.Segment(start=start, blocks=[b""] * 1_000_000)])
+            return
+        if self.mode == "big-message":
+            yield pb.ReadResponse(segments=[pb.Segment(start=start, blocks=[CHUNK] * 12)])  # 12 MiB
+            return
+        pos = start
+        for n in range(FLOOD_MESSAGES):
+            if not context.is_active():
+                return
+            resp = pb.ReadResponse(segments=[pb.Segment(start=pos, blocks=[CHUNK] * BLOCKS_PER_MESSAGE)])
+            if n == 0 and with_roots and self.roots_of is not None:
+                resp.roots.extend(self.roots_of(start))
+            yield resp
+            pos += BLOCKS_PER_MESSAGE
+
+    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+        return self._stream(request.start, request.with_roots, context)
+
+    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+        return self._stream(request.start, request.with_roots, context)
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[..., tuple[Hostile, str]]]:
+    servers: list[grpc.Server] = []
+
+    def start(info: pb.FeedInfo, mode: str = "flood", **kw: object) -> tuple[Hostile, str]:
+        svc = Hostile(info, mode, **kw)  # type: ignore[arg-type]
+        server = grpc.server(
+            futures.ThreadPoolExecutor(4),
+            options=[("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)],
+        )
+        pb_grpc.add_FeedsServicer_to_server(svc, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return svc, f"127.0.0.1:{port}"
+
+    yield start
+    for s in servers:
+        s.stop(0)
+
+
+def info_of(feed: Feed) -> pb.FeedInfo:
+    """What an honest peer holding `feed` would answer to GetInfo: a signed state that verifies."""
+    return pb.FeedInfo(
+        key=feed.key,
+        discovery_key=feed.discovery_key,
+        state=wire.state_pb(feed.core.state),
+        byte_length=feed.core.byte_length,
+        content_type=feed.content_type,
+        header=feed.core.get(0) or b"",
+    )
+
+
+def genuine_roots(feed: Feed, start: int) -> list[pb.Node]:
+    return [wire.node_pb(n) for n in merkle.nodes_for_roots(start, feed.core.node)]
+
+
+# A reader in its own process: the CLI command, or a following peer, with its peak RSS growth.
+PROBE = r"""
+import json, sys, time, contextlib, io
+import grpc
+from feedlog.cli import main
+import feedlog.replication.sync, feedlog_server.app
+from feedlog.cli import build_parser; build_parser()  # the command's own imports are not the flood's cost
+from feedlog.replication.client import Address
+
+def status_kb(field):  # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+
+base = status_kb("VmRSS")
+err = io.StringIO()
+if sys.argv[1] == "follow":
+    from feedlog_server.app import PeerServer
+    peer = PeerServer(sys.argv[3], "127.0.0.1:0", follow=[Address.parse(sys.argv[2], need_feed=True)]).start()
+    deadline = time.monotonic() + float(sys.argv[4])
+    f = peer.followers[0]
+    while f.rejections < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result = {"rejections": f.rejections, "error": f.last_error}
+    peer.stop(grace=1)
+else:
+    with contextlib.redirect_stderr(err):
+        code = main(sys.argv[1:])
+    result = {"code": code, "error": err.getvalue()}
+result["growth"] = (status_kb("VmHWM") - base) * 1024
+print(json.dumps(result))
+"""
+
+
+def probe(*args: str, timeout: float = 60) -> dict[str, object]:
+    # a fixed mmap threshold: glibc's sliding one otherwise keeps freed 1 MiB blocks on the heap, which
+    # adds 30-90 MB of run-to-run noise to peak RSS that is the allocator's, not what the reader holds
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.fixture
+def author(tmp_path: Path) -> Iterator[Feed]:
+    with local_feed(tmp_path / "author", n=10) as feed:
+        yield feed
+
+
+# ---- item 1: a flood of unsigned blocks ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_clone_of_a_flooding_peer_fails_naming_it_with_bounded_memory(hostile, author: Feed, tmp_path: Path) -> None:
+    _svc, target = hostile(info_of(author))
+    got = probe("clone", f"grpc://{target}/{author.key.hex()}", str(tmp_path / "copy"))
+    print("clone under flood:", got)
+    assert got["code"] == 5, got  # Corruption: the peer misbehaved, never 0
+    assert target in str(got["error"]) and "without a signed state" in str(got["error"]), got
+    assert int(got["growth"]) < MEMORY_LIMIT, got  # type: ignore[call-overload]
+    assert not (tmp_path / "copy").exists()  # nothing verified: nothing left behind
+
+
+@pytest.mark.slow
+def test_tail_of_a_flooding_peer_fails_naming_it_with_bounded_memory(hostile, author: Feed) -> None:
+    _svc, target = hostile(info_of(author), roots_of=lambda start: genuine_roots(author, start))
+    got = probe("tail", f"grpc://{target}/{author.key.hex()}", "--from", "1")
+    print("tail under flood:", got)
+    assert got["code"] == 5 and target in str(got["error"]) and "without a signed state" in str(got["error"]), got
+    assert int(got["growth"]) < MEMORY_LIMIT, got  # type: ignore[call-overload]
+
+
+@pytest.mark.slow
+def test_pull_from_a_flooding_peer_fails_and_keeps_the_copy(hostile, author: Feed, tmp_path: Path) -> None:
+    as_replica(author, tmp_path / "copy", "unset")
+    author.append([Write(f"/more{i}", b"v") for i in range(5)])  # the flooder advertises a real, longer state
+    _svc, target = hostile(info_of(author))
+    (tmp_path / "copy" / REMOTE_FILE).write_text(json.dumps({"url": f"grpc://{target}/{author.key.hex()}"}))
+    got = probe("pull", str(tmp_path / "copy"))
+    print("pull under flood:", got)
+    assert got["code"] == 5 and target in str(got["error"]), got
+    assert int(got["growth"]) < MEMORY_LIMIT, got  # type: ignore[call-overload]
+    with Feed.open(tmp_path / "copy", writable=False) as copy:
+        assert copy.length == 11 and copy.verify().length == 11
+
+
+@pytest.mark.slow
+def test_a_following_peer_rejects_a_flooding_upstream_with_bounded_memory(
+    hostile, author: Feed, tmp_path: Path
+) -> None:
+    _svc, target = hostile(info_of(author))
+    got = probe("follow", f"grpc://{target}/{author.key.hex()}", str(tmp_path / "follower"), "20")
+    print("follower under flood:", got)
+    assert int(got["rejections"]) >= 2, got  # type: ignore[call-overload]
+    assert target in str(got["error"]) and "without a signed state" in str(got["error"]), got
+    assert int(got["growth"]) < MEMORY_LIMIT, got  # type: ignore[call-overload]
+
+
+def test_a_million_empty_blocks_in_one_message_are_refused_before_they_are_built(
+    hostile, author: Feed, tmp_path: Path
+) -> None:
+    _svc, target = hostile(info_of(author), "empty-blocks")
+    t0 = time.monotonic()
+    with pytest.raises(Corruption, match=target):
+        clone(Address(target, author.key.hex()), tmp_path / "copy")
+    with FeedClient(target) as c, pytest.raises(Corruption, match=target):
+        list(c.read_verified(author.key, 0))
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_message_over_the_budget_asked_for_is_refused_naming_the_peer(hostile, author: Feed, tmp_path: Path) -> None:
+    _svc, target = hostile(info_of(author), "big-message")
+    with pytest.raises(Corruption, match=f"{target}: sent a message larger than"):
+        clone(Address(target, author.key.hex()), tmp_path / "copy")
+
+
+def test_a_stream_that_ends_mid_batch_or_short_is_an_error(hostile, author: Feed, tmp_path: Path) -> None:
+    """The unfixed clone exited 0 with "fetched 0 blocks" here."""
+    seg = author.core.segments(0, author.length, 1 << 20)[0]  # the header batch, genuinely signed
+    assert seg.state is not None and seg.end < author.length
+    unsigned = pb.ReadResponse(segments=[pb.Segment(start=0, blocks=[b"x"])])
+    short = pb.ReadResponse(segments=[wire.segment_pb(seg)])
+    svc, target = hostile(info_of(author), "fork", fork_messages=[unsigned])
+    with pytest.raises(Corruption, match=f"{target}: the stream ended after 1 blocks"):
+        clone(Address(target, author.key.hex()), tmp_path / "a")
+    svc.fork_messages = [short]
+    with pytest.raises(Corruption, match=f"{target}: advertised length {author.length} but its stream ended at 1"):
+        clone(Address(target, author.key.hex()), tmp_path / "b")
+    assert (tmp_path / "b").exists()  # what verified stays (pull continues it); an empty attempt leaves nothing
+    assert not (tmp_path / "a").exists()
+
+
+# ---- item 10: forks ------------------------------------------------------------------------------------------------
+
+
+def forked(path: Path, kp: KeyPair, n: int, tag: str) -> Feed:
+    """The same key holder writing a different history: equal length, different tree."""
+    feed = Feed.create(path, key_pair=kp, timestamps="off")
+    feed.append([Write(f"/{tag}{i}", tag.encode()) for i in range(n)])
+    return feed
+
+
+def as_replica(src: Feed, path: Path, url: str) -> None:
+    """A copy of `src` (no secret key) that pulls from `url`."""
+    with Feed.create_replica(path, src.key) as copy:
+        for seg in src.core.segments(0, src.length, 1 << 20):
+            assert seg.state is not None
+            copy.store_signed([b for b in seg.blocks if b is not None], seg.state)
+    (path / REMOTE_FILE).write_text(json.dumps({"url": url}))
+
+
+def test_a_fork_of_the_same_length_is_reported_with_both_hashes(hostile, tmp_path: Path) -> None:
+    kp = KeyPair.from_seed(bytes([21]) * 32)
+    with forked(tmp_path / "a", kp, 5, "a") as a, forked(tmp_path / "b", kp, 5, "b") as b:
+        assert a.length == b.length and a.core.state.tree_hash != b.core.state.tree_hash
+        _svc, target = hostile(info_of(b))
+        as_replica(a, tmp_path / "copy", f"grpc://{target}/{a.key.hex()}")
+        with pytest.raises(Fork) as e:
+            pull(tmp_path / "copy")  # the unfixed pull compared lengths and said "fetched 0"
+        assert target in str(e.value)
+        assert a.core.state.tree_hash.hex() in str(e.value) and b.core.state.tree_hash.hex() in str(e.value)
+
+
+def test_a_shorter_remote_with_a_different_tree_is_a_fork(hostile, tmp_path: Path) -> None:
+    kp = KeyPair.from_seed(bytes([22]) * 32)
+    with forked(tmp_path / "a", kp, 8, "a") as a, forked(tmp_path / "b", kp, 3, "b") as b:
+        _svc, target = hostile(info_of(b))
+        as_replica(a, tmp_path / "copy", f"grpc://{target}/{a.key.hex()}")
+        with pytest.raises(Fork, match=b.core.state.tree_hash.hex()):
+            pull(tmp_path / "copy")
+
+
+def test_a_longer_remote_that_forked_below_our_length_is_a_fork(hostile, tmp_path: Path) -> None:
+    """The remote's signed tree at our length disagrees: proven by its roots there and its next signed batch."""
+    kp = KeyPair.from_seed(bytes([23]) * 32)
+    with forked(tmp_path / "a", kp, 4, "a") as a, forked(tmp_path / "b", kp, 4, "b") as b:
+        b.append([Write("/more", b"1")])
+        roots = merkle.nodes_for_roots(a.length, b.core.node)
+        msg = pb.ReadResponse(roots=[wire.node_pb(n) for n in roots])
+        msg.segments.extend(wire.segment_pb(s) for s in b.core.segments(a.length, b.length, 1 << 20))
+        _svc, target = hostile(info_of(b), "fork", fork_messages=[msg])
+        as_replica(a, tmp_path / "copy", f"grpc://{target}/{a.key.hex()}")
+        with pytest.raises(Fork) as e:
+            pull(tmp_path / "copy")
+        assert target in str(e.value) and a.core.state.tree_hash.hex() in str(e.value)
+        with Feed.open(tmp_path / "copy", writable=False) as copy:
+            assert copy.core.state == a.core.state  # ours is kept, untouched
+
+
+def test_a_batch_resigned_for_another_fork_is_refused(tmp_path: Path) -> None:
+    with local_feed(tmp_path / "author", n=4) as author, Feed.create_replica(tmp_path / "copy", author.key) as copy:
+        segs = author.core.segments(0, author.length, 1 << 20)
+        first, rest = segs[0], segs[1:]
+        assert first.state is not None
+        copy.store_signed([b for b in first.blocks if b is not None], first.state)
+        # the key holder re-signs the next batch claiming fork 1: the signature is genuine
+        blocks = [b for s in rest for b in s.blocks if b is not None]
+        _created, roots = merkle.append_leaves(copy.core.roots(), copy.length, blocks)
+        th = merkle.roots_hash(roots)
+        assert KP.seed is not None
+        sig = Signer(KP.seed).sign(tree_signable(th, copy.length + len(blocks), 1))
+        state = merkle.TreeState(copy.length + len(blocks), 1, th, sig)
+        with pytest.raises(Fork, match="fork 1"):
+            copy.store_signed(blocks, state)
+        assert copy.core.state.fork == 0 and copy.length == first.end
+
+
+def test_a_following_peer_reports_a_fork_of_the_same_length(hostile, tmp_path: Path) -> None:
+    kp = KeyPair.from_seed(bytes([24]) * 32)
+    with forked(tmp_path / "a", kp, 5, "a") as a, forked(tmp_path / "b", kp, 5, "b") as b:
+        _svc, target = hostile(info_of(b), "fork")
+        as_replica(a, tmp_path / "peer" / "f", "unused")
+        peer = PeerServer(tmp_path / "peer", "127.0.0.1:0", follow=[Address(target, a.key.hex())]).start()
+        try:
+            deadline = time.monotonic() + 10
+            f = peer.followers[0]
+            while f.rejections < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert f.rejections >= 1 and f.last_error is not None
+            assert "forked" in f.last_error and b.core.state.tree_hash.hex() in f.last_error
+            assert peer.host.get(a.key).feed.core.state == a.core.state
+        finally:
+            peer.stop(grace=1)
