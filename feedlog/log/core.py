@@ -468,27 +468,34 @@ class Core:
         self.max_ts = max(self.max_ts, max_ts)
 
     def _write_nodes(self, nodes: list[Node]) -> None:
-        """Write exactly `nodes`, one pwrite per run of consecutive indices.
+        """Write exactly `nodes`, with one pwrite per run of consecutive indices.
 
         Never a placeholder for an index the batch did not compute: while a writer
         replays the log after a crash, later batches' nodes are already in the file,
         and overwriting them with zeros (then dying) would leave a tree that
-        readers cannot verify (issue 13 item 8). A batch's nodes form a few runs:
-        only the O(log n) parents that reach past its last block are missing.
+        readers cannot verify (issue 13 item 8). Within the batch's leaf range
+        only the O(log n) parents reaching past its last block are missing, so
+        the range goes out in a few runs.
         """
         size = storage.NODE.size
         pack = storage.NODE.pack_into
-        ordered = sorted(nodes, key=lambda n: n.index)
+        leaves = [n.index for n in nodes if n.index % 2 == 0]
+        lo, hi = (min(leaves), max(leaves)) if leaves else (0, -1)
+        buf = bytearray((hi - lo + 1) * size)
+        have = bytearray(hi - lo + 1)  # 1 where the batch computed the node
+        for node in nodes:
+            if lo <= node.index <= hi:
+                pack(buf, (node.index - lo) * size, node.hash, node.size)
+                have[node.index - lo] = 1
+            else:  # a parent joining the batch to older roots
+                os.pwrite(self._tree, storage.NODE.pack(node.hash, node.size), node.index * size)
         i = 0
-        while i < len(ordered):
-            j = i + 1
-            while j < len(ordered) and ordered[j].index == ordered[j - 1].index + 1:
-                j += 1
-            buf = bytearray((j - i) * size)
-            for k in range(i, j):
-                pack(buf, (k - i) * size, ordered[k].hash, ordered[k].size)
-            os.pwrite(self._tree, buf, ordered[i].index * size)
-            i = j
+        while i < len(have):
+            j = have.find(0, i)
+            j = len(have) if j < 0 else j
+            if j > i:
+                os.pwrite(self._tree, memoryview(buf)[i * size : j * size], (lo + i) * size)
+            i = j + 1
 
     def checkpoint(self) -> None:
         """Make tree and index durable up to the current length, so reopening replays nothing."""
