@@ -10,8 +10,9 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from .. import errors
 
@@ -82,13 +83,40 @@ def build_parser() -> Parser:
     return parser
 
 
+def _one_line_warnings() -> Callable[..., None]:
+    """feedlog's own warnings as one `feedlog: warning:` line each on stderr (once per text)."""
+    seen: set[str] = set()
+    fallback = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not category.__module__.startswith("feedlog"):
+            fallback(message, category, filename, lineno, file, line)
+            return
+        text = " ".join(str(message).split())
+        if text not in seen:
+            seen.add(text)
+            print(f"feedlog: warning: {text}", file=sys.stderr)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
         ns = parser.parse_args(args)
         handler: Handler = ns.handler
-        return handler(ns) or 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", UserWarning)
+            warnings.showwarning = _one_line_warnings()
+            return handler(ns) or 0
     except UsageError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..delta import DeltaTable
-from ..delta.managed import TOKEN_ENV, Binding
+from ..delta.managed import OWNER_ENV, TOKEN_ENV, Binding
 from ..errors import InvalidArgument
 from ..log.timestamps import parse_duration
 from . import emit
@@ -54,7 +54,8 @@ def parse_schema(text: str) -> pa.Schema:
 
 
 def open_table(ns: argparse.Namespace) -> DeltaTable:
-    return DeltaTable.open(ns.path, owner_token=ns.token, owner_tls=tls_of(ns))
+    # --owner: the commit owner to trust (default $FEEDLOG_OWNER); a table's own conf is not enough
+    return DeltaTable.open(ns.path, owner_token=ns.token, owner_tls=tls_of(ns), owner=getattr(ns, "owner", None))
 
 
 def say_token(ns: argparse.Namespace, table: DeltaTable, given: str | None) -> str | None:
@@ -200,6 +201,13 @@ def register(sub: Any) -> None:
         if json_out:
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.add_argument("--token", help=f"a managed table's owner token (default: ${TOKEN_ENV})")
+        if name != "create":  # create's --owner names the new table's owner (trusted too)
+            p.add_argument(
+                "--owner",
+                metavar="OWNER",
+                help=f"the commit owner to trust, grpc://HOST:PORT or an owner database file (default: ${OWNER_ENV}); "
+                "without it a managed table is read from its backfilled log and cannot be written",
+            )
         tls_args(p)
         return p
 

@@ -6,6 +6,16 @@ owner decides whether it happened. A writer stages version v as
 owner backfills ratified commits to `_delta_log/<v>.json` in order and forgets
 them. Readers that know the owner add its un-backfilled commits to the listing.
 
+Trust: a table's metadata names its owner, and whoever can write a table can
+make it name any database file or endpoint. So a process talks only to owners
+it was told to trust (`owner=`, $FEEDLOG_OWNER, the CLI's --owner). Readers of a
+table whose owner is not trusted, or not reachable, read the backfilled log
+(the RFC puts no restriction on readers) and get an `OwnerNotConsulted`
+warning; writers are refused (`OwnerNotTrusted`). One owner is trusted for
+writers without being named: the table's own embedded owner,
+`<table>/_feedlog/owner.db` (the Spark sink's default), which lives inside the
+directory they write anyway.
+
 `CommitOwner` is the one interface both owners implement: `LocalOwner`
 (`owner.py`, SQLite, in process) and `GrpcOwner` (`owner_client.py`, the
 `feedlog owner serve` service). Both pass one behaviour suite.
@@ -28,7 +38,16 @@ from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
 from .. import faults
-from ..errors import AlreadyExists, Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported
+from ..errors import (
+    AlreadyExists,
+    Corruption,
+    FeedlogError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+    Unsupported,
+)
 from .actions import MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Action, CommitInfo, Metadata, Protocol
 from .committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
 from .replay import ict_enabled
@@ -39,6 +58,12 @@ COMMITS_DIR = f"{LOG_DIR}/_commits"
 FEEDLOG_OWNER = "feedlog"
 DEFAULT_BATCH_SIZE = 1
 TOKEN_ENV = "FEEDLOG_OWNER_TOKEN"
+#: the commit owner(s) this process trusts when no `owner=` is given (comma-separated)
+OWNER_ENV = "FEEDLOG_OWNER"
+#: the embedded owner's database, relative to the table directory
+EMBEDDED_DB = ("_feedlog", "owner.db")
+#: how much of a table-supplied owner description goes into a message
+_DESCRIBE_MAX = 200
 
 _STAGED = re.compile(r"(\d{20})\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json")
 
@@ -130,7 +155,51 @@ class Binding:
 
     def describe(self) -> str:
         c = self.config
-        return c.get("endpoint") or c.get("db") or self.name
+        text = c.get("endpoint") or c.get("db") or self.name
+        # the table chose this text: bounded, so a hostile one cannot flood a message
+        return text if len(text) <= _DESCRIBE_MAX else text[:_DESCRIBE_MAX] + "..."
+
+    def identity(self) -> tuple[str, str, str]:
+        """Which owner this is, batch size aside: the endpoint, or the database file's real path."""
+        c = self.config
+        if "endpoint" in c:
+            return (self.name, "endpoint", c["endpoint"])
+        if "db" in c:
+            return (self.name, "db", os.path.realpath(c["db"]))
+        return (self.name, "conf", json.dumps(c, sort_keys=True))
+
+
+class OwnerNotTrusted(PermissionDenied):
+    """A write to a managed table whose owner this process was not configured to trust."""
+
+
+class OwnerNotConsulted(UserWarning):
+    """A read of a managed table saw only its backfilled log: the owner is untrusted or unreachable."""
+
+
+def trusted_owners(owner: Binding | str | Sequence[Binding | str] | None) -> tuple[Binding, ...]:
+    """The owners `owner` names (a binding, a spec, or several); None: $FEEDLOG_OWNER, or none."""
+    if owner is None:
+        owner = [s for s in (os.environ.get(OWNER_ENV) or "").split(",") if s.strip()]
+    items = [owner] if isinstance(owner, (str, Binding)) else list(owner)
+    return tuple(o if isinstance(o, Binding) else Binding.parse(o.strip()) for o in items)
+
+
+def is_trusted(binding: Binding, trusted: Sequence[Binding]) -> bool:
+    me = binding.identity()
+    return any(t.identity() == me for t in trusted)
+
+
+def is_embedded(binding: Binding, location: str) -> bool:
+    """Whether `binding` is the table's own embedded owner, `<table>/_feedlog/owner.db`.
+
+    The expected path is the table's real path plus `_feedlog/owner.db`, unresolved, while the
+    binding's is fully resolved: a `_feedlog` that is a symlink to somewhere else does not match.
+    """
+    if not os.path.isdir(location):
+        return False  # not a local table
+    expected = os.path.join(os.path.realpath(location), *EMBEDDED_DB)
+    return binding.identity() == (FEEDLOG_OWNER, "db", expected)
 
 
 def parse_conf(text: str) -> dict[str, str]:

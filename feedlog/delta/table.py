@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,11 +41,26 @@ from .log import (
     load_state,
     read_commit,
 )
-from .managed import Auth, Binding, ManagedCommitter, TableRef, TableStatus, default_token, new_token, resolve_owner
+from .managed import (
+    OWNER_ENV,
+    Auth,
+    Binding,
+    ManagedCommitter,
+    OwnerNotConsulted,
+    OwnerNotTrusted,
+    TableRef,
+    TableStatus,
+    default_token,
+    is_embedded,
+    is_trusted,
+    new_token,
+    resolve_owner,
+    trusted_owners,
+)
 from .parquet import read_parquet
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .schema import from_schema_string, to_schema_string
-from .storage import LocalStorage, Storage
+from .storage import FileInfo, LocalStorage, Storage
 from .timeline import HistoryEntry, Timeline, last_at_or_before, missing_ict
 from .transaction import CommitResult, Transaction, protocol_for_new_table
 from .writer import WriteOptions, write_files
@@ -134,6 +150,7 @@ class DeltaTable:
         committer: Committer | None = None,
         owner_token: str | None = None,
         owner_tls: Any = None,
+        owner: Binding | str | Sequence[Binding | str] | None = None,
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
         max_commit_attempts: int = 100,
@@ -146,6 +163,9 @@ class DeltaTable:
         #: without one makes a new one here, which writers then need
         self.owner_token = owner_token if owner_token is not None else default_token()
         self.owner_tls = owner_tls
+        #: the commit owners this object may talk to (default $FEEDLOG_OWNER); see managed.py "Trust"
+        self.trusted_owners: list[Binding] = list(trusted_owners(owner))
+        self._warned: set[tuple[Binding, str]] = set()
         self._managed_committers: dict[tuple[Binding, str], ManagedCommitter] = {}
         self.clock: Clock = clock or SystemClock()
         self.new_id: Callable[[], str] = new_id or (lambda: str(uuid.uuid4()))
@@ -192,7 +212,9 @@ class DeltaTable:
         if owner is not None:
             if not in_commit_timestamps:
                 raise InvalidArgument("a managed table needs in-commit timestamps")
-            props.update((Binding.parse(owner) if isinstance(owner, str) else owner).properties())
+            binding = Binding.parse(owner) if isinstance(owner, str) else owner
+            props.update(binding.properties())
+            table.trusted_owners.append(binding)  # the owner it is created with is the one it trusts
         now = table.clock.now_ms()
         txn = Transaction(table, TableState(), "CREATE TABLE")
         txn.operation_parameters = {"partitionBy": list(partition_by), "properties": props}
@@ -215,9 +237,15 @@ class DeltaTable:
 
     @classmethod
     def open(cls, location: Storage | str | os.PathLike[str], **components: Any) -> DeltaTable:
-        """An existing table; TableNotFound (a NotFound) if there is none."""
+        """An existing table; TableNotFound (a NotFound) if there is none.
+
+        `owner=` names the commit owner(s) to trust (a `Binding`, 'grpc://HOST:PORT' or a database
+        file, or several; default $FEEDLOG_OWNER): a managed table whose owner is not among them is
+        read from its backfilled log, with an `OwnerNotConsulted` warning, and cannot be written.
+        """
         table = cls(location, **components)
-        table._listing()
+        # the log alone: opening asks no owner (a writer's first read does; a reader's asks a trusted one)
+        load_protocol_metadata(table.storage, list_log(table.storage))
         return table
 
     # reading
@@ -225,7 +253,8 @@ class DeltaTable:
     # which committer
 
     def committer_for(self, protocol: Protocol | None, metadata: Metadata | None) -> Committer:
-        """Who decides commits after a version with this protocol and metadata."""
+        """Who decides commits after a version with this protocol and metadata (a writer's question:
+        OwnerNotTrusted if it is an owner this object may not talk to)."""
         if self.fixed_committer is not None:
             return self.fixed_committer
         binding = Binding.of(protocol, metadata)
@@ -233,7 +262,63 @@ class DeltaTable:
             return _FILESYSTEM
         return self._managed(binding, metadata.id)
 
+    def trusts(self, binding: Binding, write: bool) -> bool:
+        """May this object talk to `binding`? Writers also trust the table's own embedded owner."""
+        if is_trusted(binding, self.trusted_owners):
+            return True
+        return write and is_embedded(binding, self.storage.location)
+
+    def _ratified(
+        self, protocol: Protocol | None, metadata: Metadata | None, start: int, write: bool
+    ) -> list[tuple[int, FileInfo]]:
+        """Commits >= start the owner ratified and has not backfilled.
+
+        A reader asks only an owner it trusts and reads without one when it is untrusted or
+        unreachable (a warning says so); a writer needs the owner (OwnerNotTrusted, Unavailable).
+        """
+        if self.fixed_committer is not None:
+            return self.fixed_committer.ratified_commits(self.storage, start)
+        binding = Binding.of(protocol, metadata)
+        if binding is None or metadata is None:
+            return []
+        if not write and not self.trusts(binding, write=False):
+            self._warn(binding, "untrusted")
+            return []
+        committer = self._managed(binding, metadata.id)
+        if write:
+            return committer.ratified_commits(self.storage, start)
+        try:
+            return committer.ratified_commits(self.storage, start)
+        except Unavailable as e:
+            self._warn(binding, f"unreachable ({e})")
+            return []
+
+    def _warn(self, binding: Binding, why: str) -> None:
+        key = (binding, why.split(" ", 1)[0])
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        if why == "untrusted":
+            reason = (
+                f"it is not one this process trusts (pass owner=, --owner or ${OWNER_ENV} to ask it); "
+                "nothing a table names is opened without that"
+            )
+        else:
+            reason = f"it is {why}"
+        warnings.warn(
+            f"{self.storage.location}: reading the backfilled log only, without commit owner "
+            f"{binding.describe()}: {reason}; commits it ratified but has not backfilled are not seen",
+            OwnerNotConsulted,
+            stacklevel=4,
+        )
+
     def _managed(self, binding: Binding, table_id: str) -> ManagedCommitter:
+        if not self.trusts(binding, write=True):
+            raise OwnerNotTrusted(
+                f"{self.storage.location} is managed by commit owner {binding.describe()}, which is not one "
+                f"this process trusts: writing needs it; pass owner={binding.describe()!r} "
+                f"(CLI: --owner, or ${OWNER_ENV}) if it is the table's owner"
+            )
         key = (binding, table_id)
         committer = self._managed_committers.get(key)
         if committer is None:
@@ -277,28 +362,29 @@ class DeltaTable:
 
     # reading
 
-    def _listing(self, stat: bool = False) -> Listing:
-        """The backfilled log plus, for a managed table, the ratified commits its owner still holds."""
+    def _listing(self, stat: bool = False, write: bool = False) -> Listing:
+        """The backfilled log plus, for a managed table, the ratified commits its owner still holds
+        (a reader's: only from a trusted, reachable owner; see `_ratified`)."""
         for _ in range(10):
             fs = list_log(self.storage, stat=stat)
             protocol, metadata = load_protocol_metadata(self.storage, fs)
-            ratified = self.committer_for(protocol, metadata).ratified_commits(self.storage, fs.latest + 1)
+            ratified = self._ratified(protocol, metadata, fs.latest + 1, write)
             if not ratified or ratified[0][0] == fs.latest + 1:
                 return Listing({**fs.commits, **dict(ratified)}, fs.checkpoints)
             # the owner backfilled and forgot commits between the listing and its answer: list again
         raise Unavailable(f"the log of {self.storage.location} kept changing while it was being listed")
 
-    def _latest(self) -> TableState:
+    def _latest(self, write: bool = False) -> TableState:
         """The latest state, read incrementally: only the commits after the last state seen here."""
         cached = self._cache
-        state = self._catch_up(cached) if cached is not None else None
+        state = self._catch_up(cached, write=write) if cached is not None else None
         if state is None:
-            state = load_state(self.storage, self._listing())
+            state = load_state(self.storage, self._listing(write=write))
         self._cache = state
         return state
 
     def _catch_up(
-        self, cached: TableState, check: Callable[[int, list[Action]], None] | None = None
+        self, cached: TableState, check: Callable[[int, list[Action]], None] | None = None, write: bool = False
     ) -> TableState | None:
         """`cached` plus the commits after it (backfilled, then the owner's); None if that cannot be done.
 
@@ -309,8 +395,7 @@ class DeltaTable:
             if step == "backfilled":
                 newer = commits_after(self.storage, state.version)
             else:
-                committer = self.committer_for(state.protocol, state.metadata)
-                newer = dict(committer.ratified_commits(self.storage, state.version + 1))
+                newer = dict(self._ratified(state.protocol, state.metadata, state.version + 1, write))
             versions = sorted(newer)
             if versions != list(range(state.version + 1, state.version + 1 + len(versions))):
                 return None  # a gap: cleaned up or backfilled meanwhile; read afresh
@@ -356,7 +441,8 @@ class DeltaTable:
         state = self._latest()
         e = ict_enablement(state.protocol, state.metadata)
         in_ict_range = e is not None and (e.timestamp is None or timestamp_ms >= e.timestamp)
-        if in_ict_range and isinstance(self.committer_for(state.protocol, state.metadata), FilesystemCommitter):
+        filesystem = self.fixed_committer is None and Binding.of(state.protocol, state.metadata) is None
+        if in_ict_range and (filesystem or isinstance(self.fixed_committer, FilesystemCommitter)):
             assert e is not None
             found = self._ict_version_at(e.version, state.version, timestamp_ms)
             if found is not None:
@@ -397,7 +483,7 @@ class DeltaTable:
     def transaction(self, operation: str = "WRITE") -> Transaction:
         """A write on the latest state; Unsupported at once, before any data file is written,
         if the table has a feature feedlog cannot honour when writing (TTL compaction, the sink)."""
-        base = self._latest()
+        base = self._latest(write=True)
         assert base.protocol is not None
         check_writable(base.protocol)
         return Transaction(self, base, operation)
@@ -476,6 +562,7 @@ class DeltaTable:
         """
         binding = Binding.parse(owner) if isinstance(owner, str) else owner
         tx = self.transaction("SET TBLPROPERTIES")
+        self.trusted_owners.append(binding)  # the owner it is handed to is the one it trusts
         current = Binding.of(tx.base.protocol, tx.base.metadata)
         if current is not None:
             raise InvalidArgument(f"the table is already managed by commit owner {current.describe()}")
@@ -500,14 +587,14 @@ class DeltaTable:
 
     def backfill(self, version: int | None = None) -> int:
         """Have the owner copy ratified commits (all, or through `version`) to `_delta_log/<v>.json`."""
-        state = self._latest()
+        state = self._latest(write=True)
         committer = self.committer_for(state.protocol, state.metadata)
         if not isinstance(committer, ManagedCommitter):
             return max(list_log(self.storage).commits)  # a filesystem table is always fully backfilled
         return committer.backfill(version)
 
     def owner_status(self) -> TableStatus | None:
-        state = self._latest()
+        state = self._latest(write=True)  # asks the owner: only one this object trusts
         committer = self.committer_for(state.protocol, state.metadata)
         if not isinstance(committer, ManagedCommitter):
             return None

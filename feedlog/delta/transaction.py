@@ -187,11 +187,11 @@ class Transaction:
                 return CommitResult(response.version, ict, attempt)
             if not response.retryable:
                 raise Conflict(f"commit of version {version} refused: {response.reason}")
-            caught_up = table._catch_up(base, self._check_winner)  # reads only the winners
+            caught_up = table._catch_up(base, self._check_winner, write=True)  # reads only the winners
             if caught_up is not None:
                 base = caught_up
             else:  # the log changed under us in a way only a full listing untangles
-                listing = table._listing()
+                listing = table._listing(write=True)
                 for v in range(version, listing.latest + 1):
                     winner = read_commit(table.storage, listing, v)
                     self._check_winner(v, winner)

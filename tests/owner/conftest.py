@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from feedlog.delta import DeltaTable
-from feedlog.delta.managed import Binding, CommitOwner, resolve_owner
+from feedlog.delta.managed import OWNER_ENV, Binding, CommitOwner, resolve_owner
 from feedlog.delta.owner_client import GrpcOwner
 from feedlog_server.owner import OwnerServer
 
@@ -45,15 +45,18 @@ class Owner:
 
 
 @pytest.fixture(params=["local", "grpc"])
-def owner(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Owner]:
+def owner(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Owner]:
     root, db = tmp_path / "tables", tmp_path / "owner.db"
     root.mkdir()
     if request.param == "local":
+        # tables and processes in these tests trust this owner (readers ask only a trusted owner)
+        monkeypatch.setenv(OWNER_ENV, str(db))
         o = Owner("local", root, db, None, resolve_owner(Binding.feedlog(db=str(db))))
         yield o
         o.api.close()
         return
     server = OwnerServer(db, "127.0.0.1:0", roots=[root]).start()
+    monkeypatch.setenv(OWNER_ENV, server.endpoint)
     try:
         yield Owner("grpc", root, db, server.endpoint, GrpcOwner(server.endpoint, timeout=10))
     finally:

@@ -293,6 +293,6 @@ def test_a_client_certificate_stands_in_for_the_token(tmp_path: Path) -> None:
     with OwnerServer(tmp_path / "o.db", "127.0.0.1:0", roots=[tmp_path], tls=server_tls) as server:
         binding = Binding.parse(server.endpoint)
         t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=binding, owner_tls=client_tls)
-        same_cert = DeltaTable.open(tmp_path / "t", owner_token="", owner_tls=client_tls)
+        same_cert = DeltaTable.open(tmp_path / "t", owner_token="", owner_tls=client_tls, owner=binding)
         assert same_cert.append(batch([1])).version == 1  # no token: the certificate that registered it
         assert t.to_arrow().num_rows == 1

@@ -22,8 +22,11 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_managed_table_lifecycle_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_managed_table_lifecycle_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     with OwnerServer(tmp_path / "o.db", "127.0.0.1:0", roots=[tmp_path]) as server:
+        monkeypatch.setenv("FEEDLOG_OWNER", server.endpoint)  # readers and writers ask only a trusted owner
         path = str(tmp_path / "t")
         code, out, _ = run(
             capsys,

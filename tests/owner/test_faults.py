@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from feedlog.delta import DeltaTable
-from feedlog.delta.managed import COMMITS_DIR, Binding
+from feedlog.delta.managed import COMMITS_DIR, OWNER_ENV, Binding
 from feedlog.faults import EXIT_CODE
 from tests.delta.conftest import deltalake_read, deltalake_version
 from tests.replication.test_shutdown import free_port
@@ -61,8 +61,9 @@ def writer(path: Path, token: str, who: int, n: int, failpoints: str = "") -> su
 
 
 @pytest.mark.slow
-def test_writer_processes_through_the_grpc_owner(tmp_path: Path) -> None:
+def test_writer_processes_through_the_grpc_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
+    monkeypatch.setenv(OWNER_ENV, f"grpc://127.0.0.1:{port}")  # the writer processes trust it too
     owner = owner_process(tmp_path, port)
     try:
         t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 4))
@@ -81,9 +82,10 @@ def test_writer_processes_through_the_grpc_owner(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["managed.staged", "managed.answered"])
-def test_writer_killed_around_the_ratification(tmp_path: Path, point: str) -> None:
+def test_writer_killed_around_the_ratification(tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed after staging (never ratified: invisible) or after the owner ratified (kept, then backfilled)."""
     db = tmp_path / "owner.db"
+    monkeypatch.setenv(OWNER_ENV, str(db))  # the writer processes and fresh readers trust it
     t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.feedlog(db=str(db), batch_size=100))
     assert t.owner_token
     doomed = writer(tmp_path / "t", t.owner_token, 1, 1, f"{point}=exit")
@@ -105,8 +107,9 @@ def test_writer_killed_around_the_ratification(tmp_path: Path, point: str) -> No
 
 
 @pytest.mark.slow
-def test_owner_killed_mid_backfill_finishes_it_on_restart(tmp_path: Path) -> None:
+def test_owner_killed_mid_backfill_finishes_it_on_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
+    monkeypatch.setenv(OWNER_ENV, f"grpc://127.0.0.1:{port}")
     owner = owner_process(tmp_path, port, {"FEEDLOG_FAILPOINTS": "owner.backfilled_one=exit@3"})
     t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 5))
     assert t.owner_token
