@@ -79,7 +79,7 @@ class InFlight:
                     raise Unavailable("the peer is shutting down; reconnect to it or another peer")
                 if not context.is_active():
                     raise Unavailable("the reader went away")
-                self._evict_stalled()
+                self._evict_stalled(n)
                 self._cond.wait(WAIT_SLICE)
             key = next(self._ids)
             h = Hold(n, context, self._clock())
@@ -101,13 +101,18 @@ class InFlight:
                 h.n = n
                 self._cond.notify_all()
 
-    def _evict_stalled(self) -> None:
-        """Cancel the holders whose message has not been taken for `stall` seconds (called with the lock)."""
+    def _evict_stalled(self, n: int) -> None:
+        """Make room for `n` bytes by cancelling holders, oldest first, whose message was not taken for `stall` s.
+
+        Called with the lock. Only as many as needed: a reader that stalls
+        while nobody else needs the memory keeps its stream.
+        """
         now = self._clock()
-        for key, h in list(self._holds.items()):
-            if now - h.since >= self.stall:
-                del self._holds[key]
-                self._used -= h.n
-                h.evicted = True
-                event("stalled_reader_cancelled", peer=h.context.peer(), held=h.n, seconds=round(now - h.since, 1))
-                h.context.cancel()  # wakes grpc's blocked send; the stream's generator is then closed
+        for key, h in sorted(self._holds.items(), key=lambda kv: kv[1].since):
+            if self._used + n <= self.limit or now - h.since < self.stall:
+                return
+            del self._holds[key]
+            self._used -= h.n
+            h.evicted = True
+            event("stalled_reader_cancelled", peer=h.context.peer(), held=h.n, seconds=round(now - h.since, 1))
+            h.context.cancel()  # wakes grpc's blocked send; the stream's generator is then closed

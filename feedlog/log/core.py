@@ -632,11 +632,10 @@ class Core:
 
         Ends at the first batch boundary at or after `end` (so the last segment
         carries its signature), or before the block that would outgrow the
-        budget (counted with its framing, `segment_cost`); once a whole batch is
-        in, the message ends at a batch boundary, so every segment sent is
-        signed. A batch larger than the budget comes in parts, only the last
-        with a state; a block larger than the budget comes alone. Always returns
-        at least one block if `start < min(end, length)`.
+        budget (counted with its framing, `segment_cost`): a batch that does
+        not fit comes in parts, only the last with a state (a reader verifies
+        once the rest arrives), and a block larger than the budget comes alone.
+        Always returns at least one block if `start < min(end, length)`.
         """
         with self.lock:
             end = min(end, self.length)
@@ -662,7 +661,7 @@ class Core:
                 out.append(Segment(seg_start, blocks, cleared, self._record_state(i)))
                 blocks, cleared, seg_start = [], [], seq + 1
                 i += 1
-        if blocks and not out:  # one batch alone outgrows the budget: send it in parts
+        if blocks:  # the budget ran out inside a batch: the rest comes next
             out.append(Segment(seg_start, blocks, cleared, None))
         return out
 
