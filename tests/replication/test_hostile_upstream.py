@@ -352,3 +352,26 @@ def test_a_following_peer_reports_a_fork_of_the_same_length(hostile, tmp_path: P
             assert peer.host.get(a.key).feed.core.state == a.core.state
         finally:
             peer.stop(grace=1)
+
+
+# ---- item 6, the reader's side: a block larger than the budget still comes through --------------------------------
+
+
+@pytest.mark.slow
+def test_readers_accept_their_budget_plus_one_largest_block(tmp_path: Path) -> None:
+    from feedlog.log.core import MAX_BLOCK_BYTES
+
+    with local_feed(tmp_path / "peer" / "f", n=3) as feed:
+        big = b"z" * (MAX_BLOCK_BYTES - 1024)  # the entry around it stays within the block limit
+        feed.append([Write("/big1", big), Write("/big2", big)])  # one 16 MiB batch of two maximal blocks
+        feed.append([Write("/after", b"1")])
+        key, length = feed.key, feed.length
+    peer = PeerServer(tmp_path / "peer", "127.0.0.1:0").start()
+    try:
+        assert clone(Address(peer.address, key.hex()), tmp_path / "copy").length == length
+        with Feed.open(tmp_path / "copy", writable=False) as copy:
+            assert copy.verify().length == length
+        with FeedClient(peer.address, budget=64 << 10) as c:  # far below one block: each comes alone
+            assert sum(len(b.blocks) for b in c.read_verified(key, 1)) == length - 1
+    finally:
+        peer.stop(grace=1)

@@ -13,6 +13,7 @@ from feedlog.log import merkle
 from feedlog.log.core import Core, Segment
 from feedlog.log.crypto import KeyPair
 from feedlog.log.merkle import TreeState
+from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication import wire
 from feedlog.replication.verify import SegmentVerifier
 
@@ -143,3 +144,26 @@ def test_cleared_blocks_verify_by_their_leaf(tmp_path: Path) -> None:
         fake = Segment(0, seg.blocks, [seg.cleared[0]._replace(hash=bytes(32))], seg.state)
         with pytest.raises(Corruption):
             SegmentVerifier(KP.public_key, 0, []).add(fake)
+
+
+def test_a_batch_spanning_messages_verifies_within_the_unsigned_bound(tmp_path: Path) -> None:
+    """A signed batch may come in several parts; what is held unsigned is bounded, and released once signed."""
+    with build(tmp_path / "f", [1, 40, 3]) as core:
+        parts = read_all(core, 0, core.length, 200)  # the 40-block batch in parts, only its last signed
+        assert sum(1 for s in parts if s.state is None) >= 3
+        v = SegmentVerifier(KP.public_key, 0, [], max_unsigned=64 << 10)
+        got = [b for s in parts if (b := v.receive(wire.segment_pb(s))) is not None]
+        assert [b.state.length for b in got] == [1, 41, 44] and v.pending == 0 and v.unsigned.cost == 0
+
+
+def test_unsigned_blocks_past_the_bound_are_refused_naming_the_peer(tmp_path: Path) -> None:
+    v = SegmentVerifier(KP.public_key, 0, [], source="10.0.0.9:7000", max_unsigned=1 << 20)
+    with pytest.raises(Corruption, match=r"10\.0\.0\.9:7000: sent \d+ blocks from 0 .*without a signed state"):
+        for k in range(100):
+            v.receive(pb.Segment(start=64 * k, blocks=[b"y" * 1024] * 64))
+    assert v.pending < (1 << 20) // 1024
+    # blocks are counted before anything is built from them: a million empty ones cost their count
+    v = SegmentVerifier(KP.public_key, 0, [], source="peer", max_unsigned=1 << 20)
+    with pytest.raises(Corruption, match="sent 1000000 blocks"):
+        v.receive(pb.Segment(start=0, blocks=[b""] * 1_000_000))
+    assert v.pending == 0
