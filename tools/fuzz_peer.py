@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
@@ -138,7 +139,7 @@ def seeds(author: Feed, kp: KeyPair, drive: Feed, signed_key: bytes) -> dict[str
     """Valid serialized requests for every RPC of the service."""
     rk, dk = author.key, drive.key
     append = next_append(author, kp).SerializeToString()
-    out = {
+    out: dict[str, list[Message]] = {
         "GetInfo": [
             pb.GetInfoRequest(feed=pb.FeedId(key=rk)),
             pb.GetInfoRequest(feed=pb.FeedId(discovery_key=drive.discovery_key)),
@@ -188,12 +189,12 @@ STRINGS = [
 
 def mutate_fields(rng: random.Random, msg: Message) -> None:
     """A structure-aware edit: one field anywhere in `msg` set to an edge value (the message stays parseable)."""
-    spots: list[tuple[Message, FieldDescriptor]] = []
+    spots: list[tuple[Message, Any]] = []  # (message, field descriptor): upb's descriptors are untyped
 
     def walk(m: Message, depth: int) -> None:
         for f in m.DESCRIPTOR.fields:
             spots.append((m, f))
-            if f.type != FieldDescriptor.TYPE_MESSAGE or depth > 3 or f.message_type.GetOptions().map_entry:
+            if f.type != FieldDescriptor.TYPE_MESSAGE or depth > 3 or _is_map(f):
                 continue
             if f.is_repeated:
                 for sub in getattr(m, f.name):
@@ -205,7 +206,7 @@ def mutate_fields(rng: random.Random, msg: Message) -> None:
     m, f = rng.choice(spots)
     repeated = f.is_repeated
     if f.type == FieldDescriptor.TYPE_MESSAGE:
-        if f.message_type.GetOptions().map_entry:
+        if _is_map(f):
             getattr(m, f.name)[rng.choice(STRINGS[:12])] = rng.choice(INTS)
         elif repeated:
             items = getattr(m, f.name)
@@ -229,7 +230,11 @@ def mutate_fields(rng: random.Random, msg: Message) -> None:
         setattr(m, f.name, value)
 
 
-def _edge_value(rng: random.Random, f: FieldDescriptor, old: object) -> object:
+def _is_map(f: Any) -> bool:
+    return f.message_type is not None and bool(f.message_type.GetOptions().map_entry)
+
+
+def _edge_value(rng: random.Random, f: Any, old: object) -> object:
     if f.type == FieldDescriptor.TYPE_BOOL:
         return rng.random() < 0.5
     if f.type == FieldDescriptor.TYPE_STRING:
