@@ -105,13 +105,13 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
         _append(feed, 20_000, 5_000, ttl_ms=600_000)
         push(path, Address.parse(f"grpc://{first.address}"), token=first.token)
         _wait_length(second.address, key, feed.length)
-        r = ingest_batch(spark, [source], str(table))
+        r = ingest_batch(spark, [source], str(table), owner=owner.endpoint)
         print(f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries")
-        again = ingest_batch(spark, [source], str(table), progress=lambda _m: None)
+        again = ingest_batch(spark, [source], str(table), owner=owner.endpoint, progress=lambda _m: None)
         print(f"ingest once more: {again.rows} entries, no commit (the txn markers say where each feed stopped)")
 
         step("table history: every commit ratified by the owner, stamped with an in-commit timestamp")
-        dt = DeltaTable.open(table)
+        dt = DeltaTable.open(table, owner=owner.endpoint)  # readers ask only an owner they trust
         for h in reversed(dt.history()):
             prov = (h.commit_info.get("feedlog") or {}).get("feeds") or []
             what = "; ".join(f"seqs {p['from']}..{p['to'] - 1} signed at length {p['signed']['length']}" for p in prov)
@@ -123,13 +123,13 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
         _outside_readers(table, info["rows"])
 
         step("audit: rebuild the Merkle tree from the table's rows, check the signatures with the key")
-        _audit(table, key)
+        _audit(table, key, owner.endpoint)
 
         step("an hour later: TTL compaction (a Spark job) turns expired rows into tombstones")
         feed.close()
-        res = expire(spark, str(table), now_ms=int(time.time() * 1000) + 3_600_000)
+        res = expire(spark, str(table), now_ms=int(time.time() * 1000) + 3_600_000, owner=owner.endpoint)
         print(f"version {res.version}: {res.rows_cleared} rows cleared in {res.files_rewritten} rewritten files")
-        _audit(table, key)
+        _audit(table, key, owner.endpoint)
     finally:
         step("shut down")
         for s in reversed(servers):
@@ -137,8 +137,8 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
         print(f"demo finished in {time.monotonic() - t0:.1f}s; files in {base}")
 
 
-def _audit(table: Path, key: bytes) -> None:
-    rep = audit_table(str(table), [key])
+def _audit(table: Path, key: bytes, owner: str) -> None:
+    rep = audit_table(str(table), [key], owner=owner)
     for f in rep.feeds:
         print(
             f"feed {f.key[:16]}...: {f.rows} rows = signed prefix 1..{f.signed_length - 1}, "

@@ -71,7 +71,7 @@ def cmd_audit(ns: argparse.Namespace) -> int:
         if len(raw) != 32:
             raise InvalidArgument(f"--key {k!r} is not a feed key (64 hex digits)")
         keys.append(raw)
-    report = audit_table(ns.table, keys or None, ns.version)
+    report = audit_table(ns.table, keys or None, ns.version, owner=ns.owner)
 
     def human() -> None:
         if not keys:
@@ -99,14 +99,14 @@ def cmd_expire(ns: argparse.Namespace) -> None:
     from ..lake.expire import expire
     from ..log.timestamps import parse_duration
 
-    DeltaTable.open(ns.table)  # a missing table fails before Spark starts
+    DeltaTable.open(ns.table, owner=ns.owner)  # a missing table fails before Spark starts
     every = parse_duration(ns.every) / 1000 if ns.every else None
     if ns.rounds is not None and ns.rounds < 1:
         raise InvalidArgument("--rounds must be >= 1")
     spark = _session(ns)
     rounds = 0
     while True:
-        r = expire(spark, ns.table, token=ns.token)
+        r = expire(spark, ns.table, token=ns.token, owner=ns.owner)
         rounds += 1
         emit(
             ns,
@@ -132,8 +132,8 @@ def register(sub: Any) -> None:
     p.add_argument("table", metavar="TABLE", help="the Delta table directory")
     p.add_argument(
         "--owner",
-        help="commit owner for a new table: grpc://HOST:PORT, a SQLite file, or "
-        "'filesystem' (default: in process, <TABLE>/_feedlog/owner.db)",
+        help="commit owner for a new table, and the one trusted for an existing one: grpc://HOST:PORT, a SQLite "
+        "file, or 'filesystem' (default: in process, <TABLE>/_feedlog/owner.db; $FEEDLOG_OWNER is trusted too)",
     )
     p.add_argument("--token", help="the table's owner token (default $FEEDLOG_OWNER_TOKEN or <TABLE>/_feedlog/)")
     p.add_argument("--stream", action="store_true", help="run a streaming query until stopped (Ctrl-C)")
@@ -153,6 +153,12 @@ def register(sub: Any) -> None:
     a.add_argument("table", metavar="TABLE")
     a.add_argument("--key", action="append", metavar="HEX", help="a trusted feed key (repeatable)")
     a.add_argument("--version", type=int, help="audit this table version (default: the latest)")
+    a.add_argument(
+        "--owner",
+        metavar="OWNER",
+        help="the commit owner to ask for un-backfilled commits, grpc://HOST:PORT or a database file "
+        "(default $FEEDLOG_OWNER; without one the backfilled log is audited)",
+    )
     a.add_argument("--json", action="store_true")
     a.set_defaults(handler=cmd_audit)
 
@@ -166,6 +172,12 @@ def register(sub: Any) -> None:
     e.add_argument("--every", metavar="DURATION", help="run periodically, e.g. 10m (until Ctrl-C)")
     e.add_argument("--rounds", type=int, help="with --every: stop after this many runs")
     e.add_argument("--token", help="the table's owner token (default $FEEDLOG_OWNER_TOKEN or <TABLE>/_feedlog/)")
+    e.add_argument(
+        "--owner",
+        metavar="OWNER",
+        help="the table's commit owner to trust, grpc://HOST:PORT or a database file "
+        "(default: <TABLE>/_feedlog/owner.db and $FEEDLOG_OWNER)",
+    )
     e.add_argument("--master", help="Spark master URL (default local[*])")
     e.add_argument("--json", action="store_true")
     e.set_defaults(handler=cmd_expire)

@@ -30,7 +30,7 @@ from ..delta.writer import WriteOptions, write_files
 from ..errors import Conflict, InvalidArgument, Unsupported
 from ..log.crypto import leaf_hash
 from .rows import COLUMNS, TIMESTAMP
-from .sink import table_token
+from .sink import table_token, trusted
 
 
 @dataclass
@@ -95,9 +95,13 @@ def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[
     return add_json, adds[0].to_json(), n
 
 
-def expire(spark: Any, path: str, *, now_ms: int | None = None, token: str | None = None) -> ExpireResult:
-    """Clear the payloads of rows expired at `now_ms` (default: now); one commit, or none if nothing expired."""
-    table = DeltaTable.open(path, owner_token=table_token(path, token))
+def expire(
+    spark: Any, path: str, *, now_ms: int | None = None, token: str | None = None, owner: str | None = None
+) -> ExpireResult:
+    """Clear the payloads of rows expired at `now_ms` (default: now); one commit, or none if nothing expired.
+
+    `owner`: the commit owner to trust (default: the table's embedded one and $FEEDLOG_OWNER)."""
+    table = DeltaTable.open(path, owner_token=table_token(path, token), owner=trusted(path, owner))
     # the transaction starts from the snapshot the files are chosen in: a concurrent compaction that
     # removes one of them makes this commit conflict instead of removing it twice
     tx = table.transaction("TTL COMPACTION")

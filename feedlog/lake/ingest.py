@@ -27,7 +27,7 @@ from ..delta import DeltaTable, TableNotFound
 from .audit import provenance_of
 from .feeds import FeedSource, parse_sources
 from .sink import FORMAT as SINK
-from .sink import STATE_DIR, app_id, table_token
+from .sink import STATE_DIR, app_id, table_token, trusted
 from .source import FIRST_SEQ
 from .source import FORMAT as SOURCE
 
@@ -67,17 +67,17 @@ class IngestResult:
     in_commit_timestamp: int | None = None
 
 
-def landed(table: str, sources: Sequence[FeedSource]) -> dict[str, int]:
+def landed(table: str, sources: Sequence[FeedSource], owner: str | None = None) -> dict[str, int]:
     """Where each feed's rows in the table end (its txn marker), FIRST_SEQ for a new feed or table."""
     try:
-        t = DeltaTable.open(table, owner_token=table_token(table, None))
+        t = DeltaTable.open(table, owner_token=table_token(table, None), owner=trusted(table, owner))
     except TableNotFound:
         return {s.key_hex: FIRST_SEQ for s in sources}
     return {s.key_hex: max(t.txn_version(app_id(s.key_hex)) or FIRST_SEQ, FIRST_SEQ) for s in sources}
 
 
-def plan(sources: Sequence[FeedSource], table: str) -> list[FeedPlan]:
-    starts = landed(table, sources)
+def plan(sources: Sequence[FeedSource], table: str, owner: str | None = None) -> list[FeedPlan]:
+    starts = landed(table, sources, owner)
     out = []
     for s in sources:
         length = s.signed_length()
@@ -116,7 +116,7 @@ def ingest_batch(
 ) -> IngestResult:
     sources = parse_sources(",".join(specs))
     table = str(Path(table).resolve())
-    plans = plan(sources, table)
+    plans = plan(sources, table, owner)
     for p in plans:
         progress(f"feed {p.source.key_hex[:16]}... ({p.source.spec}): seqs {p.start}..{p.end - 1}, {p.entries} new")
     total = sum(p.entries for p in plans)
@@ -142,7 +142,7 @@ def ingest_batch(
     except Exception as e:  # Py4J / PySpark errors: find ours inside
         raise spark_error(e) from None
     seconds = time.monotonic() - t0
-    t = DeltaTable.open(table, owner_token=table_token(table, token))
+    t = DeltaTable.open(table, owner_token=table_token(table, token), owner=trusted(table, owner))
     last = t.history(1)[0]
     done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans if p.entries)
     if not done:
@@ -174,7 +174,7 @@ def ingest_stream(
 ) -> IngestResult:
     sources = parse_sources(",".join(specs))
     table = str(Path(table).resolve())
-    starts = landed(table, sources)
+    starts = landed(table, sources, owner)
     ckpt = checkpoint_location or default_checkpoint(table, [_where(s) for s in sources])
     reader = (
         spark.readStream.format(SOURCE)

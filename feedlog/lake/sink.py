@@ -54,7 +54,7 @@ from pyspark.sql.types import StructType
 from .. import faults
 from ..delta import DeltaTable, LocalStorage, TableNotFound
 from ..delta.actions import Add
-from ..delta.managed import TOKEN_ENV, Binding, new_token
+from ..delta.managed import TOKEN_ENV, Binding, new_token, trusted_owners
 from ..delta.schema import conform
 from ..delta.transaction import CommitResult, ConcurrentModification
 from ..delta.writer import WriteOptions, write_files
@@ -152,10 +152,18 @@ def owner_binding(path: str, spec: str | None) -> Binding | None:
     return Binding.parse(spec)
 
 
+def trusted(path: str, spec: str | None) -> list[Binding]:
+    """The owners a feedlog job on `path` talks to: the one its `owner` option names (default: the
+    table's embedded owner) and $FEEDLOG_OWNER's; a table naming another one is not written."""
+    named = owner_binding(path, spec)
+    return ([named] if named is not None else []) + list(trusted_owners(None))
+
+
 def open_or_create(path: str, schema: pa.Schema, options: Mapping[str, str]) -> DeltaTable:
     token = table_token(path, options.get("ownerToken"))
+    owners = trusted(path, options.get("owner"))
     try:
-        return DeltaTable.open(path, owner_token=token)
+        return DeltaTable.open(path, owner_token=token, owner=owners)
     except TableNotFound:
         pass
     binding = owner_binding(path, options.get("owner"))
@@ -164,7 +172,7 @@ def open_or_create(path: str, schema: pa.Schema, options: Mapping[str, str]) -> 
     try:
         return DeltaTable.create(path, schema, owner=binding, owner_token=token)
     except AlreadyExists:
-        return DeltaTable.open(path, owner_token=token)
+        return DeltaTable.open(path, owner_token=token, owner=owners)
 
 
 @dataclass(frozen=True)
@@ -179,6 +187,8 @@ class SinkConfig:
     overwrite: bool
     app_id: str | None
     app_version: int | None
+    #: the sink's `owner` option: which commit owner the committing worker may talk to
+    owner: str | None = None
 
     @classmethod
     def prepare(
@@ -212,6 +222,7 @@ class SinkConfig:
             overwrite=overwrite,
             app_id=app,
             app_version=version,
+            owner=options.get("owner"),
         )
 
     # executors
@@ -245,7 +256,7 @@ class SinkConfig:
         app_version = batch_id if batch_id is not None else self.app_version
         if not adds and not self.overwrite:
             return None
-        table = DeltaTable.open(self.path, owner_token=self.token)
+        table = DeltaTable.open(self.path, owner_token=self.token, owner=trusted(self.path, self.owner))
         try:
             for _attempt in range(5):
                 tx = table.transaction("STREAMING UPDATE" if batch_id is not None else "WRITE")
@@ -306,7 +317,8 @@ class SinkConfig:
         if not adds:
             return
         try:
-            held = {a.path for a in DeltaTable.open(self.path, owner_token=self.token).snapshot().files()}
+            t = DeltaTable.open(self.path, owner_token=self.token, owner=trusted(self.path, self.owner))
+            held = {a.path for a in t.snapshot().files()}
         except TableNotFound:
             held = set()
         held |= _staged_paths(Path(self.path))

@@ -207,3 +207,17 @@ def test_owner_arguments_accept_a_binding_or_several(tmp_path: Path) -> None:
     t.append(pa.table({n: rows(0, 1).column(n) for n in SCHEMA.names}))
     both = DeltaTable.open(tmp_path / "t", owner=["grpc://127.0.0.1:1", Binding.feedlog(db=str(db))])
     assert both.to_arrow().num_rows == 1
+
+
+def test_the_spark_sink_trusts_its_own_owner_option_only(tmp_path: Path, listener: Listener) -> None:
+    sink = pytest.importorskip("feedlog.lake.sink")  # imports pyspark's API only: no JVM starts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OwnerNotConsulted)
+        embedded = sink.open_or_create(str(tmp_path / "e"), SCHEMA, {})  # default: <table>/_feedlog/owner.db
+        assert embedded.append(rows(0, 2)).version == 1
+        assert sink.open_or_create(str(tmp_path / "e"), SCHEMA, {}).to_arrow().num_rows == 2
+    endpoint = f"grpc://127.0.0.1:{listener.port}"
+    forged_table(tmp_path / "g", Binding.parse(endpoint))
+    with pytest.raises(OwnerNotTrusted):
+        sink.open_or_create(str(tmp_path / "g"), SCHEMA, {}).transaction()
+    assert listener.accepted == 0

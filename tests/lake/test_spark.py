@@ -81,12 +81,12 @@ def test_peer_to_managed_table_end_to_end(spark, tmp_path: Path, owner: OwnerSer
         append(feed, 234, batch=50)
         push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"), token=first.token)
         wait_length(second.address, KEY_A.public_key, feed.length)
-        r2 = ingest_batch(spark, [src], str(table), progress=quiet)
+        r2 = ingest_batch(spark, [src], str(table), owner=owner.endpoint, progress=quiet)
         assert (r2.version, r2.rows) == (2, 234)
-        again = ingest_batch(spark, [src], str(table), progress=quiet)
+        again = ingest_batch(spark, [src], str(table), owner=owner.endpoint, progress=quiet)
         assert (again.version, again.rows) == (None, 0)
 
-        t = DeltaTable.open(table)
+        t = DeltaTable.open(table, owner=owner.endpoint)  # readers ask only an owner they trust
         info = t.info()
         assert info["commit_owner"] == {"endpoint": owner.endpoint}
         assert "inCommitTimestamp" in info["features"] and "managedCommits" in info["features"]
@@ -193,7 +193,10 @@ def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: Own
     table = tmp_path / "table"
     # created first, so the jobs race on commits rather than on creation
     DeltaTable.create(table, SCHEMA, owner=owner.endpoint, owner_token="t0k3n")
-    jobs = [feedlog_cli("ingest", str(tmp_path / n), str(table), "--token", "t0k3n") for n in ("a", "b")]
+    jobs = [
+        feedlog_cli("ingest", str(tmp_path / n), str(table), "--token", "t0k3n", "--owner", owner.endpoint)
+        for n in ("a", "b")
+    ]
     for j in jobs:
         out, err = j.communicate(timeout=300)
         assert j.returncode == 0, err[-2000:]
