@@ -336,10 +336,18 @@ def test_a_batch_resigned_for_another_fork_is_refused(tmp_path: Path) -> None:
         assert copy.core.state.fork == 0 and copy.length == first.end
 
 
-def test_a_following_peer_reports_a_fork_of_the_same_length(hostile, tmp_path: Path) -> None:
-    kp = KeyPair.from_seed(bytes([24]) * 32)
+@pytest.mark.parametrize("extra", [0, 1], ids=["same-length", "longer"])
+def test_a_following_peer_reports_a_fork(hostile, tmp_path: Path, extra: int) -> None:
+    """Same length: the signed states differ. Longer: its roots at our length differ, its next batch is signed."""
+    kp = KeyPair.from_seed(bytes([24 + extra]) * 32)
     with forked(tmp_path / "a", kp, 5, "a") as a, forked(tmp_path / "b", kp, 5, "b") as b:
-        _svc, target = hostile(info_of(b), "fork")
+        fork_messages = []
+        if extra:
+            b.append([Write("/more", b"1")])
+            msg = pb.ReadResponse(roots=genuine_roots(b, a.length))
+            msg.segments.extend(wire.segment_pb(s) for s in b.core.segments(a.length, b.length, 1 << 20))
+            fork_messages.append(msg)
+        _svc, target = hostile(info_of(b), "fork", fork_messages=fork_messages)
         as_replica(a, tmp_path / "peer" / "f", "unused")
         peer = PeerServer(tmp_path / "peer", "127.0.0.1:0", follow=[Address(target, a.key.hex())]).start()
         try:
@@ -348,10 +356,23 @@ def test_a_following_peer_reports_a_fork_of_the_same_length(hostile, tmp_path: P
             while f.rejections < 1 and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert f.rejections >= 1 and f.last_error is not None
-            assert "forked" in f.last_error and b.core.state.tree_hash.hex() in f.last_error
+            assert "forked" in f.last_error and target in f.last_error
+            assert a.core.state.tree_hash.hex() in f.last_error
             assert peer.host.get(a.key).feed.core.state == a.core.state
         finally:
             peer.stop(grace=1)
+
+
+def test_pull_of_a_fork_is_one_line_and_exit_5(hostile, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from feedlog.cli import main
+
+    kp = KeyPair.from_seed(bytes([26]) * 32)
+    with forked(tmp_path / "a", kp, 5, "a") as a, forked(tmp_path / "b", kp, 5, "b") as b:
+        _svc, target = hostile(info_of(b))
+        as_replica(a, tmp_path / "copy", f"grpc://{target}/{a.key.hex()}")
+        assert main(["pull", str(tmp_path / "copy")]) == 5
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "forked" in err and b.core.state.tree_hash.hex() in err, err
 
 
 # ---- item 6, the reader's side: a block larger than the budget still comes through --------------------------------
