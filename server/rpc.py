@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import ipaddress
 import signal
@@ -227,8 +229,28 @@ class Startable(Protocol):
     def stop(self) -> None: ...
 
 
+def return_large_buffers() -> None:
+    """Make glibc give buffers of 128 KiB and more back to the system when they are freed.
+
+    glibc raises its mmap threshold to the largest buffer freed so far (up to
+    32 MiB); from then on 1-16 MiB messages come from per-thread arenas and
+    stay resident after use, so every stream thread keeps its peak (20 stalled
+    readers: +90 MiB instead of +45 MiB). A fixed threshold turns that off.
+    Not glibc: nothing to do.
+    """
+    m_mmap_threshold = -3  # glibc's mallopt parameter number
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "mallopt"):
+            libc.mallopt(m_mmap_threshold, 128 << 10)
+    except OSError:
+        pass
+
+
 def serve_forever(server: Startable) -> None:
     """Run until SIGTERM or SIGINT, then shut down cleanly."""
+    return_large_buffers()
     done = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
