@@ -113,9 +113,10 @@ class Metadata:
     name: str | None = None
     description: str | None = None
     format: Format = field(default_factory=Format)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return _drop_none(
+        out = _drop_none(
             {
                 "id": self.id,
                 "name": self.name,
@@ -127,10 +128,22 @@ class Metadata:
                 "createdTime": self.created_time,
             }
         )
+        out.update(self.extra)
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Metadata:
         fmt = d.get("format") or {}
+        known = {
+            "id",
+            "name",
+            "description",
+            "format",
+            "schemaString",
+            "partitionColumns",
+            "configuration",
+            "createdTime",
+        }
         return cls(
             id=str(d["id"]),
             schema_string=str(d["schemaString"]),
@@ -140,6 +153,7 @@ class Metadata:
             name=d.get("name"),
             description=d.get("description"),
             format=Format(fmt.get("provider", "parquet"), dict(fmt.get("options") or {})),
+            extra={k: v for k, v in d.items() if k not in known and v is not None},
         )
 
     def with_configuration(self, updates: Mapping[str, str | None]) -> Metadata:
@@ -158,6 +172,7 @@ class Metadata:
             self.name,
             self.description,
             self.format,
+            self.extra,
         )
 
 

@@ -10,7 +10,7 @@ A checkpoint replaces the commits before it, so it carries every action and
 field the protocol defines whether feedlog interprets them or not: domain
 metadata, row tracking's `baseRowId` / `defaultRowCommitVersion`, clustering's
 `clusteringProvider`, deletion vectors, tags. File-action fields no protocol
-version defines get a column whose type is inferred from their JSON values;
+version defines (on metaData, add, remove) get a column whose type is inferred from their values;
 one that cannot be typed refuses the checkpoint rather than dropping it.
 """
 
@@ -149,9 +149,9 @@ def _rows(state: TableState) -> Iterator[dict[str, Any]]:
 
 
 def _schema_for(rows: list[dict[str, Any]]) -> pa.Schema:
-    """SCHEMA plus a column for each file-action field it does not define (so none is lost)."""
+    """SCHEMA plus a column for each metaData or file-action field it does not define (so none is lost)."""
     schema = SCHEMA
-    for kind in ("add", "remove"):
+    for kind in ("metaData", "add", "remove"):
         struct = schema.field(kind).type
         known = {struct.field(i).name for i in range(struct.num_fields)}
         unknown: dict[str, list[Any]] = {}
@@ -212,6 +212,7 @@ def decode(data: bytes, version: int, columns: Sequence[str] | None = None) -> l
                 fmt = dict(row.get("format") or {})
                 fmt["options"] = dict(fmt.get("options") or [])
                 row["format"] = fmt
+                row = {k: v if k in ("configuration", "format") else _strip_nulls(v) for k, v in row.items()}
             out.append(parse(row))
         kinds: list[tuple[str, Any]] = [
             ("txn", Txn.from_json),

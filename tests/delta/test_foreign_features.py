@@ -83,6 +83,7 @@ def foreign_table(root: Path, writer_features: list[str], conf: dict[str, str]) 
                     "partitionColumns": [],
                     "configuration": conf,
                     "createdTime": T0,
+                    "futureMetaField": {"kept": True, "n": 2},  # no protocol version defines it (yet)
                 }
             },
             {
@@ -269,6 +270,8 @@ def test_checkpoint_carries_domains_and_file_fields(domain_table: Path) -> None:
     listing = list_log(t.storage)
     from_cp = load_state(t.storage, listing)
     assert from_cp.domains == expected.domains
+    assert from_cp.metadata == expected.metadata and from_cp.protocol == expected.protocol
+    assert from_cp.metadata is not None and from_cp.metadata.extra == {"futureMetaField": {"kept": True, "n": 2}}
     assert from_cp.files == expected.files
     assert from_cp.files["part-a.parquet"].to_json()["futureField"] == "kept"
     assert from_cp.tombstones["part-gone.parquet"].to_json()["baseRowId"] == 7
