@@ -334,6 +334,7 @@ class Peer:
                 except FeedlogError:
                     pass
                 if proc.poll() is not None or time.monotonic() > deadline:
+                    peer.stop()
                     raise RuntimeError(f"the peer did not start: {log.read_text()[-2000:]}")
                 time.sleep(0.1)
         return peer
@@ -391,7 +392,6 @@ def run(n: int, *, seed: int = 1, seconds: float = 600.0, workers: int = 4, keep
     drive.close()
     author.close()
     names = sorted(corpus)
-    peer = Peer.start(data, work)
     rng = random.Random(seed)
     jobs = []
     for i in range(n):
@@ -400,6 +400,7 @@ def run(n: int, *, seed: int = 1, seconds: float = 600.0, workers: int = 4, keep
         kind = getattr(pb, SERVICE.methods_by_name[rpc].input_type.name)
         jobs.append((rpc, base if rng.random() < 0.03 else mutate(rng, base, kind), rng.random() < 0.5))
     lock = threading.Lock()
+    peer = Peer.start(data, work)  # stopped in the finally below
     idle = rss_kb(peer.proc.pid)
     peak = [idle]
     t0 = time.monotonic()
