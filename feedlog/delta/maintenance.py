@@ -85,7 +85,7 @@ def check_maintainable(protocol: Protocol, what: str) -> None:
     try:
         check_writable(protocol)
     except Unsupported as e:
-        raise Unsupported(f"refusing to write the table ({what}): {e}") from None
+        raise Unsupported(f"no {what}: {e}") from None
 
 
 def write_checkpoint(table: DeltaTable, version: int | None = None) -> int:

@@ -71,7 +71,10 @@ def check_writable(protocol: Protocol, extra_supported: Iterable[str] = ()) -> N
     if protocol.min_writer_version == 7:
         missing = set(protocol.writer_features or ()) - SUPPORTED_WRITER_FEATURES - set(extra_supported)
         if missing:
-            raise Unsupported(f"table uses writer feature(s) feedlog does not support: {sorted(missing)}")
+            raise Unsupported(
+                f"table uses writer feature(s) feedlog does not support: {sorted(missing)}; "
+                "feedlog reads such a table but refuses to write it"
+            )
     elif protocol.min_writer_version > 2:
         raise Unsupported(
             f"table needs Delta writer version {protocol.min_writer_version} (CHECK constraints, generated "
