@@ -76,3 +76,17 @@ class ResourceExhausted(Unavailable):
     def __init__(self, message: str, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+def shorten(value: object, limit: int = 200) -> str:
+    """`repr`-free text of an input for an error message, at most about `limit` characters.
+
+    Errors echo what the caller sent so the caller can see its mistake; a
+    hostile or broken caller can send megabytes, which would then be copied
+    into logs and into gRPC status details (whose size limit turns the answer
+    into an opaque RESOURCE_EXHAUSTED).
+    """
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}...({len(text)} characters)...{text[-20:]}"

@@ -97,7 +97,7 @@ class OwnerService:
 
     @unary
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.TableStatus:
-        s = self.owner.status(request.table_id)
+        s = self.owner.status(request.table_id, auth_of(context))
         return pb.TableStatus(
             table_id=s.table_id,
             path=s.path,

@@ -21,10 +21,12 @@ refuse the table (the RFC's two-phase conversion).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -41,9 +43,10 @@ from ..errors import (
     NotFound,
     PermissionDenied,
     Unavailable,
+    shorten,
 )
 from .actions import MANAGED_COMMITS, OWNER_NAME
-from .committer import CommitConflict, CommitResponse, Committed, commit_path
+from .committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
 from .managed import (
     COMMITS_DIR,
     FEEDLOG_OWNER,
@@ -58,6 +61,15 @@ from .managed import (
     staged_version,
 )
 from .storage import LocalStorage
+
+#: The largest staged commit the owner reads (a documented limit; larger ones are refused unread).
+#: A commit of 64 MiB is ~200,000 add actions; reading without a bound let one writer make the
+#: owner allocate whatever file it pointed a staged name at.
+MAX_STAGED_COMMIT_BYTES = 64 << 20
+#: table ids are UUIDs in practice; paths are bounded by the OS anyway
+_MAX_ID = 1024
+_MAX_PATH = 4096
+_STAGED_NAME_LEN = 62  # <20 digits>.<36-character uuid>.json
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tables (
@@ -113,6 +125,84 @@ def _check_numbers(version: int, ict: int) -> None:
         raise InvalidArgument(f"version {version} is out of range")
     if not 0 <= ict < _LIMIT:
         raise InvalidArgument(f"inCommitTimestamp {ict} is out of range")
+
+
+def _check_id(table_id: str) -> None:
+    if not table_id:
+        raise InvalidArgument("table id is empty")
+    if len(table_id) > _MAX_ID:
+        raise InvalidArgument(f"table id {shorten(table_id)} is longer than {_MAX_ID} characters")
+
+
+def _check_name(name: str, version: int) -> None:
+    if len(name) != _STAGED_NAME_LEN:  # checked first so a huge name is never echoed whole
+        raise InvalidArgument(
+            f"staged commit file {shorten(name)!r} is not named <version>.<uuid>.json for version {version}"
+        )
+    check_staged_name(name, version)
+
+
+def _open_dir(parent: int, name: str, where: str) -> int:
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except FileNotFoundError:
+        raise NotFound(f"{where} does not exist") from None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise InvalidArgument(f"{where} is a symbolic link or not a directory") from None
+        raise Unavailable(f"cannot open {where}: {e.strerror}") from None
+
+
+def read_confined(table: str, directory: str, name: str, limit: int = MAX_STAGED_COMMIT_BYTES) -> bytes:
+    """`table/directory/name`, read only if every step is a real directory and the file a regular
+    file of at most `limit` bytes; `table` is the already-confined real path of the table.
+
+    Each step is opened relative to the last with O_NOFOLLOW, so a symbolic link anywhere on
+    the way (planted, or swapped in after the table's path was checked) is refused rather than
+    followed out of the table or `--root`; O_NONBLOCK makes opening a FIFO return at once (a
+    blocking open of a FIFO waits for a writer that may never come), and fstat then refuses it
+    with devices and sockets. The size is checked before reading anything.
+    """
+    shown = f"{table}/{directory}/{name}"
+    parts = [p for p in table.split("/") if p] + [p for p in directory.split("/") if p]
+    if any(p in (".", "..") for p in parts) or "/" in name or name in ("", ".", ".."):
+        raise InvalidArgument(f"{shorten(shown)} is not a plain path")
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            nfd = _open_dir(fd, part, "/" + "/".join(parts[: i + 1]))
+            os.close(fd)
+            fd = nfd
+        try:
+            ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except FileNotFoundError:
+            raise NotFound(f"{shown} does not exist") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise InvalidArgument(f"{shown} is a symbolic link, not a regular file") from None
+            raise Unavailable(f"cannot open {shown}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        st = os.fstat(ffd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgument(f"{shown} is not a regular file")
+        if st.st_size > limit:
+            raise InvalidArgument(f"{shown} is larger than the {limit}-byte limit ({st.st_size} bytes)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(ffd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # it grew while we read
+            raise InvalidArgument(f"{shown} is larger than the {limit}-byte limit")
+        return b"".join(chunks)
+    except OSError as e:
+        raise Unavailable(f"cannot read {shown}: {e.strerror}") from None
+    finally:
+        os.close(ffd)
 
 
 def _hash(token: str) -> str:
@@ -198,10 +288,17 @@ class LocalOwner:
 
     def _confine(self, path: str) -> str:
         if not path or not os.path.isabs(path):
-            raise InvalidArgument(f"table path must be absolute, got {path!r}")
+            raise InvalidArgument(f"table path must be absolute, got {shorten(path)!r}")
+        if len(path) > _MAX_PATH or "\0" in path:
+            raise InvalidArgument(f"table path {shorten(path)!r} is not a usable path")
         real = os.path.realpath(path)
         if self.roots is not None and not any(os.path.commonpath([real, r]) == r for r in self.roots):
-            raise PermissionDenied(f"{path} is outside the directories this commit owner serves")
+            raise PermissionDenied(f"{shorten(path)} is outside the directories this commit owner serves")
+        if real == "/" or (self.roots is not None and real in self.roots):
+            # a table at a root would hold every other table under it in its own directory
+            raise PermissionDenied(
+                f"{shorten(path)} is a root of this commit owner: a table must be a directory below it"
+            )
         return real
 
     def _storage(self, path: str) -> LocalStorage:
@@ -211,16 +308,15 @@ class LocalOwner:
 
     def _table(self, ref: TableRef) -> _Row:
         """The registered table `ref` names, its proposal settled; NotFound if it names none."""
-        if not ref.table_id:
-            raise InvalidArgument("table id is empty")
+        _check_id(ref.table_id)
         path = self._confine(ref.path)
         row = self._row(ref.table_id)
         if row is not None and row.state == "proposed":
             row = self._settle(row)
         if row is None:
-            raise NotFound(f"table {ref.table_id} is not managed by this commit owner")
+            raise NotFound(f"table {shorten(ref.table_id)} is not managed by this commit owner")
         if row.path != path:
-            raise NotFound(f"table {ref.table_id} is registered at {row.path}, not at {path}")
+            raise NotFound(f"table {shorten(ref.table_id)} is registered elsewhere, not at {shorten(path)}")
         return row
 
     @staticmethod
@@ -229,15 +325,15 @@ class LocalOwner:
             return
         if auth.token and hmac.compare_digest(_hash(auth.token), row.token_hash):
             return
-        raise PermissionDenied(f"table {row.id}: wrong or missing token (set FEEDLOG_OWNER_TOKEN or --token)")
+        raise PermissionDenied(f"table {row.id}: wrong or missing token (give --token-file or set FEEDLOG_OWNER_TOKEN)")
 
     def _staged(
         self, storage: LocalStorage, version: int, name: str, ict: int, table_id: str, install: bool = False
     ) -> Binding | None:
         """Check a staged commit: its name, its ICT, and the owner it leaves the table with (None: none)."""
-        check_staged_name(name, version)
+        _check_name(name, version)
         try:
-            data = storage.read(f"{COMMITS_DIR}/{name}")
+            data = read_confined(storage.root, COMMITS_DIR, name)
         except NotFound:
             raise InvalidArgument(f"staged commit {COMMITS_DIR}/{name} does not exist: stage it first") from None
         info, protocol, metadata = staged_actions(data)
@@ -277,8 +373,7 @@ class LocalOwner:
             raise InvalidArgument(f"backfill batch size must be >= 1, got {batch_size}")
         if not auth.token and not auth.principal:
             raise InvalidArgument("registering a table needs the token (or certificate) that will guard it")
-        if not table.table_id:
-            raise InvalidArgument("table id is empty")
+        _check_id(table.table_id)
         path = self._confine(table.path)
         storage = self._storage(path)
         binding = self._staged(storage, version, staged, ict, table.table_id, install=True)
@@ -292,7 +387,7 @@ class LocalOwner:
             if row is not None and row.state != "released":
                 if row.proposal_version == version and row.proposal_file == staged:
                     return Committed(version)  # a repeated request whose first answer was lost
-                raise AlreadyExists(f"table {table.table_id} is already managed by this commit owner")
+                raise AlreadyExists(f"table {shorten(table.table_id)} is already managed by this commit owner")
             other = db.execute(
                 "SELECT id FROM tables WHERE path = ? AND state != 'released' AND id != ?", (path, table.table_id)
             ).fetchone()
@@ -329,14 +424,14 @@ class LocalOwner:
         storage = self._storage(row.path)
         target = commit_path(row.proposal_version)
         try:
-            mine: bytes | None = storage.read(f"{COMMITS_DIR}/{row.proposal_file}")
-        except NotFound:
+            mine: bytes | None = read_confined(storage.root, COMMITS_DIR, row.proposal_file)
+        except (NotFound, InvalidArgument):  # gone, or swapped for something we will not read
             mine = None
         if mine is not None and storage.put_if_absent(target, mine):
             won = True
         else:
             try:
-                won = mine is not None and storage.read(target) == mine
+                won = mine is not None and read_confined(storage.root, LOG_DIR, target.rsplit("/", 1)[1]) == mine
             except NotFound:
                 won = False  # neither the staged file nor the commit: nothing to install
         with self._write() as db:
@@ -369,6 +464,14 @@ class LocalOwner:
         row = self._table(table)
         self._authorize(row, auth)
         storage = self._storage(row.path)
+        # The staged file is read and checked here, before the lock and the SQLite transaction:
+        # reading is the writer's I/O (a slow disk, a huge or hostile file) and must not hold up
+        # other tables' commits. Its verdict is used only where the decision below needs it.
+        checked: Binding | FeedlogError | None
+        try:
+            checked = self._staged(storage, version, staged, ict, row.id)
+        except FeedlogError as e:
+            checked = e
         with self._write() as db:
             row = self._row(row.id, db)  # type: ignore[assignment]
             if row.state == "released":
@@ -395,7 +498,9 @@ class LocalOwner:
                 return CommitConflict(
                     version, False, f"version {version} would leave a gap: the latest ratified version is {row.latest}"
                 )
-            binding = self._staged(storage, version, staged, ict, row.id)
+            if isinstance(checked, FeedlogError):
+                raise checked
+            binding = checked
             if release and binding is not None:
                 raise InvalidArgument(f"staged commit {staged} does not remove the commit owner from the table")
             if not release and binding is None:
@@ -456,7 +561,9 @@ class LocalOwner:
                 raise Corruption(f"table {table_id}: ratified commits jump from {done} to {version}")
             target = commit_path(version)
             try:
-                data = storage.read(f"{COMMITS_DIR}/{name}")
+                data = read_confined(storage.root, COMMITS_DIR, name)
+            except InvalidArgument as e:  # replaced after ratification by a link, a FIFO, a huge file
+                raise Corruption(f"ratified commit {version} of {row.path} cannot be backfilled: {e}") from None
             except NotFound:
                 try:
                     storage.stat(target)  # a concurrent backfill copied it and cleaned up: fine
@@ -465,7 +572,7 @@ class LocalOwner:
                         f"ratified commit {version} of {row.path} ({COMMITS_DIR}/{name}) has disappeared"
                     ) from None
             else:
-                if not storage.put_if_absent(target, data) and storage.read(target) != data:
+                if not storage.put_if_absent(target, data) and self._read_log(storage, target) != data:
                     raise Corruption(f"{row.path}/{target} exists but is not the ratified commit {version}")
             done = version
             faults.point("owner.backfilled_one")
@@ -482,8 +589,17 @@ class LocalOwner:
         return done
 
     @staticmethod
+    def _read_log(storage: LocalStorage, path: str) -> bytes:
+        try:
+            return read_confined(storage.root, LOG_DIR, path.rsplit("/", 1)[1])
+        except InvalidArgument as e:
+            raise Corruption(f"{e} (where a backfilled commit should be)") from None
+
+    @staticmethod
     def _clean_staged(storage: LocalStorage, through: int) -> None:
         """Staged files of backfilled versions are copies or losers; neither is needed again."""
+        if os.path.islink(os.path.join(storage.root, COMMITS_DIR)):
+            return  # not this table's directory: deleting there would delete another table's files
         for info in storage.list(COMMITS_DIR, stat=False):
             v = staged_version(info.path.rsplit("/", 1)[-1])
             if v is not None and v <= through:
@@ -502,11 +618,14 @@ class LocalOwner:
             out[str(table_id)] = self._backfill(str(table_id), int(latest))
         return out
 
-    def status(self, table_id: str) -> TableStatus:
+    def status(self, table_id: str, auth: Auth) -> TableStatus:
+        """The owner's state of a table; it names where the table lives, so it needs the token."""
+        _check_id(table_id)
         row = self._row(table_id)
         if row is not None and row.state == "proposed":
             row = self._settle(row)
         if row is None:
-            raise NotFound(f"table {table_id} is not managed by this commit owner")
+            raise NotFound(f"table {shorten(table_id)} is not managed by this commit owner")
+        self._authorize(row, auth)
         tracked = self._read("SELECT COUNT(*) FROM commits WHERE table_id = ?", (table_id,))[0][0]
         return TableStatus(row.id, row.path, row.state, row.latest, row.backfilled, row.batch_size, int(tracked))

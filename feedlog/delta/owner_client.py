@@ -89,8 +89,8 @@ class GrpcOwner:
         r = self._call(self.stub.Backfill, pb.BackfillRequest(table=_ref(table), version=version), auth)
         return int(r.backfilled)
 
-    def status(self, table_id: str) -> TableStatus:
-        r = self._call(self.stub.Status, pb.StatusRequest(table_id=table_id))
+    def status(self, table_id: str, auth: Auth) -> TableStatus:
+        r = self._call(self.stub.Status, pb.StatusRequest(table_id=table_id), auth)
         return TableStatus(r.table_id, r.path, r.state, r.latest, r.backfilled, r.batch_size, r.tracked)
 
     def close(self) -> None:

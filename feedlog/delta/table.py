@@ -598,7 +598,7 @@ class DeltaTable:
         committer = self.committer_for(state.protocol, state.metadata)
         if not isinstance(committer, ManagedCommitter):
             return None
-        return committer.owner.status(committer.table.table_id)
+        return committer.owner.status(committer.table.table_id, committer.auth)
 
     # maintenance (see maintenance.py)
 

@@ -91,7 +91,7 @@ def test_bad_input_to_every_call_is_refused_and_changes_nothing(owner: Owner, tm
     t.append(batch([1]))
     tid, path, token = t.snapshot().metadata.id, t.storage.location, t.owner_token
     ref, auth = TableRef(tid, path), Auth(token)
-    before = owner.api.status(tid)
+    before = owner.api.status(tid, auth)
     ict = (t.snapshot().in_commit_timestamp or 0) + 10
     good = staged_name(2)
     t.storage.put_if_absent(
@@ -112,14 +112,14 @@ def test_bad_input_to_every_call_is_refused_and_changes_nothing(owner: Owner, tm
         (lambda: owner.api.backfill(ref, -1, Auth("wrong")), PermissionDenied),
         (lambda: owner.api.release(ref, 2, good, ict, auth), InvalidArgument),  # does not remove the owner
         (lambda: owner.api.get_commits(TableRef("nope", path), 0), NotFound),
-        (lambda: owner.api.status("nope"), NotFound),
+        (lambda: owner.api.status("nope", auth), NotFound),
         (lambda: owner.api.register(ref, 2, good, ict, auth, 1), InvalidArgument),  # installs nothing
         (lambda: owner.api.register(ref, 0, good, ict, auth, 0), InvalidArgument),
     ]
     for call, kind in cases:
         with pytest.raises(kind):
             call()
-    assert owner.api.status(tid) == before
+    assert owner.api.status(tid, auth) == before
     assert t.version() == 1 and DeltaTable.open(path).to_arrow().num_rows == 1
 
 
@@ -209,7 +209,7 @@ def test_filesystem_to_managed_and_back(owner: Owner) -> None:
     released = t.convert_to_filesystem()
     assert released.version == 4 and t.owner() is None
     assert deltalake_version(path) == 4
-    status = owner.api.status(s.metadata.id)
+    status = owner.api.status(s.metadata.id, Auth(t.owner_token))
     assert status.state == "released"
     with pytest.raises(Conflict):  # a writer that still thinks the owner decides learns otherwise
         stale.commit()
@@ -233,7 +233,7 @@ def test_conversion_lost_to_a_filesystem_writer_is_forgotten(owner: Owner) -> No
     lost = owner.api.register(ref, 1, name, ict or 0, Auth("tok"), 1)
     assert isinstance(lost, CommitConflict)
     with pytest.raises(NotFound):
-        owner.api.status(ref.table_id)
+        owner.api.status(ref.table_id, Auth("tok"))
     assert DeltaTable.open(path).owner() is None
     # the library's own conversion rebases over such a race and succeeds
     assert DeltaTable.open(path).convert_to_managed(owner.binding()).version == 2
