@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import InvalidArgument
 from . import emit
 from .feed_cmds import fmt_ts
+from .table_cmds import token_args, token_of
 
 
 def _session(ns: argparse.Namespace) -> Any:
@@ -36,7 +37,7 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
             ns.sources,
             ns.table,
             owner=ns.owner,
-            token=ns.token,
+            token=token_of(ns),
             checkpoint_location=ns.checkpoint_location,
             available_now=ns.available_now,
             max_entries_per_trigger=ns.max_entries_per_trigger,
@@ -44,7 +45,7 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
         )
         emit(ns, {"rows": r.rows, "seconds": round(r.seconds, 3)}, f"ingested {r.rows} entries in {r.seconds:.1f}s")
         return
-    r = ingest_batch(spark, ns.sources, ns.table, owner=ns.owner, token=ns.token, progress=say)
+    r = ingest_batch(spark, ns.sources, ns.table, owner=ns.owner, token=token_of(ns), progress=say)
     rate = r.rows / r.seconds if r.seconds else 0
     human = (
         f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s "
@@ -104,9 +105,9 @@ def cmd_expire(ns: argparse.Namespace) -> None:
     if ns.rounds is not None and ns.rounds < 1:
         raise InvalidArgument("--rounds must be >= 1")
     spark = _session(ns)
-    rounds = 0
+    rounds, token = 0, token_of(ns)
     while True:
-        r = expire(spark, ns.table, token=ns.token, owner=ns.owner)
+        r = expire(spark, ns.table, token=token, owner=ns.owner)
         rounds += 1
         emit(
             ns,
@@ -135,7 +136,7 @@ def register(sub: Any) -> None:
         help="commit owner for a new table, and the one trusted for an existing one: grpc://HOST:PORT, a SQLite "
         "file, or 'filesystem' (default: in process, <TABLE>/_feedlog/owner.db; $FEEDLOG_OWNER is trusted too)",
     )
-    p.add_argument("--token", help="the table's owner token (default $FEEDLOG_OWNER_TOKEN or <TABLE>/_feedlog/)")
+    token_args(p)
     p.add_argument("--stream", action="store_true", help="run a streaming query until stopped (Ctrl-C)")
     p.add_argument("--available-now", action="store_true", help="with --stream: stop once caught up")
     p.add_argument("--max-entries-per-trigger", type=int, metavar="N", help="with --stream: micro-batch size")
@@ -171,7 +172,7 @@ def register(sub: Any) -> None:
     e.add_argument("table", metavar="TABLE")
     e.add_argument("--every", metavar="DURATION", help="run periodically, e.g. 10m (until Ctrl-C)")
     e.add_argument("--rounds", type=int, help="with --every: stop after this many runs")
-    e.add_argument("--token", help="the table's owner token (default $FEEDLOG_OWNER_TOKEN or <TABLE>/_feedlog/)")
+    token_args(e)
     e.add_argument(
         "--owner",
         metavar="OWNER",

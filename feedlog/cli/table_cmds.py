@@ -2,19 +2,26 @@
 
 Every command works on managed tables too: the table's metadata names its
 commit owner, reads ask it for un-backfilled commits, and writes present the
-table's token (`--token`, or $FEEDLOG_OWNER_TOKEN).
+table's token: `--token-file FILE`, $FEEDLOG_OWNER_TOKEN, or the file `table create`
+wrote it to (`<table>/_feedlog/owner-token` by default, mode 0600). The token is
+never printed: a command line and a terminal are seen by others (ps, scrollback,
+CI logs), a mode-0600 file is not.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from ..delta import DeltaTable
-from ..delta.managed import OWNER_ENV, TOKEN_ENV, Binding
+from ..delta.managed import OWNER_ENV, TOKEN_ENV, Binding, new_token
 from ..errors import InvalidArgument
 from ..log.timestamps import parse_duration
 from . import emit
@@ -53,15 +60,81 @@ def parse_schema(text: str) -> pa.Schema:
     return pa.schema(fields)
 
 
+#: where `table create` keeps a generated token, inside the table (readers skip `_` directories);
+#: the Spark sink keeps its embedded owner's token in the same file (feedlog.lake.sink.TOKEN_FILE)
+TOKEN_FILE = os.path.join("_feedlog", "owner-token")
+
+
+def token_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"a file holding a managed table's owner token (default: ${TOKEN_ENV}, else <TABLE>/{TOKEN_FILE})",
+    )
+    g.add_argument("--token", help="the token itself (visible to other users in ps: prefer --token-file)")
+
+
+def read_token_file(path: str) -> str:
+    try:
+        words = Path(path).read_text().split()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"cannot read token file {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not words:
+        raise InvalidArgument(f"token file {path} is empty")
+    return words[0]
+
+
+def token_of(ns: argparse.Namespace, table: str | None = None) -> str | None:
+    """--token-file, --token (warned about), $FEEDLOG_OWNER_TOKEN, then `table`'s own token file."""
+    if getattr(ns, "token_file", None):
+        return read_token_file(ns.token_file)
+    if getattr(ns, "token", None):
+        print(
+            "feedlog: warning: --token is visible to every user of this machine (ps); use --token-file", file=sys.stderr
+        )
+        return str(ns.token)
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV]
+    if table is not None and os.path.isfile(os.path.join(table, TOKEN_FILE)):
+        return read_token_file(os.path.join(table, TOKEN_FILE))
+    return None
+
+
+def write_token_file(path: str, token: str) -> str:
+    """Write a new token to `path` with mode 0600 (atomically: a reader never sees half of it)."""
+    path = os.path.abspath(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise InvalidArgument(f"cannot write the owner token to {path}: {e.strerror}") from None
+    return path
+
+
 def open_table(ns: argparse.Namespace) -> DeltaTable:
     # --owner: the commit owner to trust (default $FEEDLOG_OWNER); a table's own conf is not enough
-    return DeltaTable.open(ns.path, owner_token=ns.token, owner_tls=tls_of(ns), owner=getattr(ns, "owner", None))
+    return DeltaTable.open(
+        ns.path, owner_token=token_of(ns, ns.path), owner_tls=tls_of(ns), owner=getattr(ns, "owner", None)
+    )
 
 
-def say_token(ns: argparse.Namespace, table: DeltaTable, given: str | None) -> str | None:
-    if given is None and table.owner_token and not getattr(ns, "json", False):
-        print(f"owner token: {table.owner_token}  (writers need it: --token or {TOKEN_ENV})")
-    return table.owner_token
+def _new_token_file(ns: argparse.Namespace) -> tuple[str, str]:
+    """A fresh token for a table becoming managed, already in its file (so it is never only on screen)."""
+    return (token := new_token()), write_token_file(ns.token_out or os.path.join(ns.path, TOKEN_FILE), token)
+
+
+def _say_token_file(ns: argparse.Namespace, where: str | None) -> None:
+    if where is not None and not getattr(ns, "json", False):
+        print(f"owner token written to {where} (mode 0600): writers give --token-file {where} or set {TOKEN_ENV}")
 
 
 def cmd_create(ns: argparse.Namespace) -> None:
@@ -74,18 +147,30 @@ def cmd_create(ns: argparse.Namespace) -> None:
     owner = Binding.parse(ns.owner, ns.batch_size) if ns.owner else None
     if ns.batch_size is not None and owner is None:
         raise InvalidArgument("--batch-size is for managed tables: give --owner too")
-    table = DeltaTable.create(
-        ns.path,
-        parse_schema(ns.schema),
-        partition_by=[c.strip() for c in (ns.partition_by or "").split(",") if c.strip()],
-        properties=props,
-        in_commit_timestamps=not ns.no_ict,
-        owner=owner,
-        owner_token=ns.token,
-        owner_tls=tls_of(ns),
-    )
-    token = say_token(ns, table, ns.token) if owner else None
-    emit(ns, {"version": 0, "managed": owner is not None, "token": token}, f"created {ns.path} (version 0)")
+    if ns.token_out and owner is None:
+        raise InvalidArgument("--token-out is for managed tables: give --owner too")
+    schema = parse_schema(ns.schema)  # bad input fails before a token file is written
+    token, where = token_of(ns), None
+    if owner is not None and token is None:
+        token, where = _new_token_file(ns)
+    try:
+        DeltaTable.create(
+            ns.path,
+            schema,
+            partition_by=[c.strip() for c in (ns.partition_by or "").split(",") if c.strip()],
+            properties=props,
+            in_commit_timestamps=not ns.no_ict,
+            owner=owner,
+            owner_token=token,
+            owner_tls=tls_of(ns),
+        )
+    except BaseException:
+        if where is not None:  # the token guards nothing: do not leave it behind
+            with contextlib.suppress(OSError):
+                os.unlink(where)
+        raise
+    _say_token_file(ns, where)
+    emit(ns, {"version": 0, "managed": owner is not None, "token_file": where}, f"created {ns.path} (version 0)")
 
 
 def cmd_backfill(ns: argparse.Namespace) -> None:
@@ -99,9 +184,19 @@ def cmd_convert(ns: argparse.Namespace) -> None:
         r = table.convert_to_filesystem()
         emit(ns, {"version": r.version, "managed": False}, f"now a filesystem table (version {r.version})")
         return
-    r = table.convert_to_managed(Binding.parse(ns.to_managed, ns.batch_size))
-    token = say_token(ns, table, ns.token)
-    emit(ns, {"version": r.version, "managed": True, "token": token}, f"now a managed table (version {r.version})")
+    binding = Binding.parse(ns.to_managed, ns.batch_size)
+    where = None
+    if table.owner_token is None:
+        table.owner_token, where = _new_token_file(ns)
+    try:
+        r = table.convert_to_managed(binding)
+    except BaseException:
+        if where is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(where)
+        raise
+    _say_token_file(ns, where)
+    emit(ns, {"version": r.version, "managed": True, "token_file": where}, f"now a managed table (version {r.version})")
 
 
 def parse_timestamp(text: str) -> int:
@@ -200,7 +295,7 @@ def register(sub: Any) -> None:
         p.add_argument("path", help="the table's directory")
         if json_out:
             p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.add_argument("--token", help=f"a managed table's owner token (default: ${TOKEN_ENV})")
+        token_args(p)
         if name != "create":  # create's --owner names the new table's owner (trusted too)
             p.add_argument(
                 "--owner",
@@ -218,6 +313,9 @@ def register(sub: Any) -> None:
     p.add_argument("--no-ict", action="store_true", help="without in-commit timestamps (not for managed tables)")
     p.add_argument("--owner", metavar="OWNER", help="grpc://HOST:PORT of a commit owner, or an owner database file")
     p.add_argument("--batch-size", type=int, metavar="N", help="the owner backfills every N commits (default 1)")
+    p.add_argument(
+        "--token-out", metavar="FILE", help=f"where to write a generated token (default <TABLE>/{TOKEN_FILE})"
+    )
 
     p = add("history", cmd_history, "commits, newest first, with their time (in-commit timestamp or file time)")
     p.add_argument("--limit", type=int, metavar="N", help="only the newest N commits")
@@ -238,3 +336,6 @@ def register(sub: Any) -> None:
     g.add_argument("--to-managed", metavar="OWNER", help="grpc://HOST:PORT or an owner database file")
     g.add_argument("--to-filesystem", action="store_true", help="remove the commit owner")
     p.add_argument("--batch-size", type=int, metavar="N", help="the owner backfills every N commits (default 1)")
+    p.add_argument(
+        "--token-out", metavar="FILE", help=f"where to write a generated token (default <TABLE>/{TOKEN_FILE})"
+    )

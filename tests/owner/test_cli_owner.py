@@ -39,16 +39,22 @@ def test_managed_table_lifecycle_from_the_cli(
             server.endpoint,
             "--batch-size",
             "10",
+            "--token-out",
+            str(tmp_path / "secret" / "token"),
             "--json",
         )
         assert code == 0
-        token = json.loads(out)["token"]
+        token_file = json.loads(out)["token_file"]
+        assert token_file == str(tmp_path / "secret" / "token") and "token" not in json.loads(out)
+        token = Path(token_file).read_text().strip()
         DeltaTable.open(path, owner_token=token).append(batch([1, 2]))
         code, out, _ = run(capsys, "table", "history", path, "--json")
         assert [h["version"] for h in json.loads(out)] == [1, 0]  # history shows the un-backfilled version
         assert deltalake_version(path) == 0
         code, _, err = run(capsys, "table", "backfill", path)
         assert code == 7 and "token" in err and "Traceback" not in err
+        code, _, err = run(capsys, "table", "backfill", path, "--token-file", str(tmp_path / "missing"))
+        assert code == 2 and "cannot read token file" in err
         os.environ["FEEDLOG_OWNER_TOKEN"] = token
         try:
             assert run(capsys, "table", "backfill", path)[0] == 0
@@ -74,6 +80,8 @@ def test_managed_table_lifecycle_from_the_cli(
         (["table", "convert", "{d}/missing", "--to-filesystem"], 3),
         (["table", "backfill", "{d}/missing"], 3),
         (["owner", "serve", "--db", "{d}/o2.db", "--root", "{d}/no-such-dir"], 2),
+        (["owner", "serve", "--db", "{d}/o2.db", "--root", "{d}", "--listen", "0.0.0.0:0"], 2),
+        (["owner", "serve", "--db", "{d}/o2.db", "--root", "{d}", "--listen", "[::]:0"], 2),
     ],
 )
 def test_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int) -> None:
@@ -81,3 +89,42 @@ def test_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         got, _, err = run(capsys, *(a.format(d=tmp_path, e=server.endpoint) for a in args))
     assert got == code, err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_create_writes_the_token_to_a_private_file_and_never_prints_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with OwnerServer(tmp_path / "o.db", "127.0.0.1:0", roots=[tmp_path]) as server:
+        path = str(tmp_path / "t")
+        code, out, err = run(
+            capsys, "table", "create", path, "--schema", "id:long,who:string", "--owner", server.endpoint
+        )
+        assert code == 0, err
+        kept = Path(path) / "_feedlog" / "owner-token"
+        token = kept.read_text().strip()
+        assert len(token) >= 32 and token not in out + err
+        assert str(kept) in out and (kept.stat().st_mode & 0o777) == 0o600
+        # the table's own token file is found without flags; --token-file names another; --token warns
+        code, _, err = run(capsys, "table", "backfill", path, "--owner", server.endpoint)
+        assert code == 0, err
+        (tmp_path / "tok").write_text(token + "\n")
+        kept.unlink()
+        code, _, err = run(capsys, "table", "backfill", path, "--owner", server.endpoint)
+        assert code == 7 and "token" in err
+        code, _, err = run(
+            capsys, "table", "backfill", path, "--owner", server.endpoint, "--token-file", str(tmp_path / "tok")
+        )
+        assert code == 0 and not err
+        code, _, err = run(capsys, "table", "backfill", path, "--owner", server.endpoint, "--token", token)
+        assert code == 0 and "warning: --token is visible" in err
+        code, _, err = run(capsys, "table", "backfill", path, "--token", token, "--token-file", str(tmp_path / "tok"))
+        assert code == 2  # one or the other
+
+
+def test_a_failed_create_leaves_no_token_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    with OwnerServer(tmp_path / "o.db", "127.0.0.1:0", roots=[tmp_path / "elsewhere"]) as server:
+        path = tmp_path / "t"
+        code, _, err = run(capsys, "table", "create", str(path), "--schema", "id:long", "--owner", server.endpoint)
+    assert code == 7 and "outside" in err
+    assert not (path / "_feedlog" / "owner-token").exists()
