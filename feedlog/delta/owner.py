@@ -163,14 +163,14 @@ def read_confined(table: str, directory: str, name: str, limit: int = MAX_STAGED
     blocking open of a FIFO waits for a writer that may never come), and fstat then refuses it
     with devices and sockets. The size is checked before reading anything.
     """
-    shown = f"{table}/{directory}/{name}"
+    shown = shorten(f"{table}/{directory}/{name}", 300)
     parts = [p for p in table.split("/") if p] + [p for p in directory.split("/") if p]
     if any(p in (".", "..") for p in parts) or "/" in name or name in ("", ".", ".."):
-        raise InvalidArgument(f"{shorten(shown)} is not a plain path")
+        raise InvalidArgument(f"{shown} is not a plain path")
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, part in enumerate(parts):
-            nfd = _open_dir(fd, part, "/" + "/".join(parts[: i + 1]))
+            nfd = _open_dir(fd, part, shorten("/" + "/".join(parts[: i + 1]), 300))
             os.close(fd)
             fd = nfd
         try:
