@@ -193,8 +193,11 @@ def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: Own
     table = tmp_path / "table"
     # created first, so the jobs race on commits rather than on creation
     DeltaTable.create(table, SCHEMA, owner=owner.endpoint, owner_token="t0k3n")
+    (tmp_path / "token").write_text("t0k3n\n")
     jobs = [
-        feedlog_cli("ingest", str(tmp_path / n), str(table), "--token", "t0k3n", "--owner", owner.endpoint)
+        feedlog_cli(
+            "ingest", str(tmp_path / n), str(table), "--token-file", str(tmp_path / "token"), "--owner", owner.endpoint
+        )
         for n in ("a", "b")
     ]
     for j in jobs:
