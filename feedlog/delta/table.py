@@ -42,6 +42,7 @@ from .log import (
     read_commit,
 )
 from .managed import (
+    COMMITS_DIR,
     OWNER_ENV,
     Auth,
     Binding,
@@ -55,6 +56,7 @@ from .managed import (
     is_trusted,
     new_token,
     resolve_owner,
+    staged_version,
     trusted_owners,
 )
 from .parquet import read_parquet
@@ -282,7 +284,8 @@ class DeltaTable:
         if binding is None or metadata is None:
             return []
         if not write and not self.trusts(binding, write=False):
-            self._warn(binding, "untrusted")
+            if self._staged_from(start):
+                self._warn(binding, "untrusted")
             return []
         committer = self._managed(binding, metadata.id)
         if write:
@@ -290,8 +293,16 @@ class DeltaTable:
         try:
             return committer.ratified_commits(self.storage, start)
         except Unavailable as e:
-            self._warn(binding, f"unreachable ({e})")
+            if self._staged_from(start):
+                self._warn(binding, f"unreachable ({e})")
             return []
+
+    def _staged_from(self, start: int) -> bool:
+        """Whether a staged commit of version >= start exists. Without one the owner cannot hold a
+        ratified, unbackfilled commit (a writer stages before the owner ratifies), so a reader that
+        skips the owner misses nothing and need not be warned."""
+        names = (f.path.rpartition("/")[2] for f in self.storage.list(COMMITS_DIR, stat=False))
+        return any(v is not None and v >= start for v in map(staged_version, names))
 
     def _warn(self, binding: Binding, why: str) -> None:
         key = (binding, why.split(" ", 1)[0])
