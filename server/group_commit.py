@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
+from feedlog.log.core import MAX_BATCH_BYTES
 from feedlog.log.feed import Appended, Feed, Write
 from feedlog.log.merkle import TreeState
 
@@ -56,11 +57,16 @@ class GroupCommitter:
                     return None
                 self._cond.wait()
             group: list[tuple[Sequence[Write], Future[Result]]] = []
-            n = 0
-            while self._queue and (not group or n + len(self._queue[0][0]) <= self._max_batch):
-                item = self._queue.popleft()
-                group.append(item)
-                n += len(item[0])
+            n = weight = 0
+            while self._queue:
+                ws = self._queue[0][0]
+                w = sum(x.weight() for x in ws)
+                # a group stays one batch a reader can take back (MAX_BATCH_BYTES); a member alone was checked
+                if group and (n + len(ws) > self._max_batch or weight + w > MAX_BATCH_BYTES):
+                    break
+                group.append(self._queue.popleft())
+                n += len(ws)
+                weight += w
             return group
 
     def _run(self) -> None:

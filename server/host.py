@@ -16,7 +16,7 @@ from pathlib import Path
 
 from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly
 from feedlog.log import entries, merkle
-from feedlog.log.core import KEY_FILE, check_block_sizes
+from feedlog.log.core import KEY_FILE, check_batch
 from feedlog.log.crypto import KeyPair, Verifier
 from feedlog.log.feed import DEFAULT_TIMESTAMPS, Feed
 
@@ -125,7 +125,7 @@ class FeedHost:
             raise NotFound(f"this peer does not host feed {key.hex()} and does not accept new feeds")
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
-        check_block_sizes(0, blocks)
+        check_batch(0, blocks)
         merkle.signed_append([], 0, blocks, signature, fork, Verifier(key))
         try:
             content_type = entries.decode_header(blocks[0])

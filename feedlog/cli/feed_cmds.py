@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from ..errors import InvalidArgument
+from ..log.core import MAX_BATCH_BYTES
 from ..log.entries import DRIVE_EVENT, PROTOCOLS, Record
 from ..log.feed import DEFAULT_TIMESTAMPS, Appended, Feed, Write
 from ..log.timestamps import TimestampPolicy, parse_duration
@@ -200,22 +201,27 @@ def cmd_append(ns: argparse.Namespace) -> None:
     try:
         with opened(ns.path, writable=True) as feed:
             batch: list[Write] = []
+            weight = 0
 
             def flush() -> None:
-                nonlocal batch, done
+                nonlocal batch, done, weight
                 out = feed.append(batch)
                 seqs[:] = [seqs[0] if seqs else out[0].seq, out[-1].seq]
                 done += len(batch)
-                batch = []
+                batch, weight = [], 0
                 progress.update(done)
 
             for lineno, line in enumerate(src, 1):
                 if not line.strip():
                     continue
                 try:
-                    batch.append(parse_jsonl_line(feed, line, lineno))
+                    write = parse_jsonl_line(feed, line, lineno)
                 except InvalidArgument as e:
                     raise InvalidArgument(f"{e} ({done} entries before it were appended)") from None
+                if batch and weight + write.weight() > MAX_BATCH_BYTES:  # large values: a batch no reader could take
+                    flush()
+                batch.append(write)
+                weight += write.weight()
                 if len(batch) >= ns.batch:
                     flush()
             if batch:

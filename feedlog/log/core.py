@@ -52,6 +52,13 @@ SECRET_FILE = "secret_key"
 CHECKPOINT_BYTES = 32 << 20
 #: the largest block an append accepts (so one block always fits a 16 MiB message with room to spare)
 MAX_BLOCK_BYTES = 8 << 20
+#: what holding one block costs a reader beyond its bytes (the bytes object, its leaf hash and node)
+BLOCK_COST = 256
+#: the heaviest signed batch an append accepts, as bytes + `BLOCK_COST` per block. A reader holds a
+#: batch's blocks until its signature arrives and bounds what it holds (replication/verify.py: four
+#: messages of its budget plus one block, at least 33 MiB), so a heavier batch could never be read
+#: back by a peer (issue 13 items 1 and 6): it is refused here rather than stored unservable
+MAX_BATCH_BYTES = 32 << 20
 #: how much of the log `get_range` reads at once (at least one block)
 READ_BYTES = 1 << 20
 #: encoded size bounds for `segment_cost`: a block's tag and length prefix; a cleared block's leaf node;
@@ -116,11 +123,20 @@ def _remove_abandoned_builds(path: Path) -> None:
             os.close(fd)
 
 
-def check_block_sizes(start: int, blocks: Sequence[bytes | None]) -> None:
-    """Refuse a batch holding a block over `MAX_BLOCK_BYTES`: no Read could ever serve it (issue 13 item 6)."""
+def check_batch(start: int, blocks: Sequence[bytes | None]) -> None:
+    """Refuse a batch no reader could take back (issue 13 item 6): a block over `MAX_BLOCK_BYTES`,
+    or a batch heavier than `MAX_BATCH_BYTES`."""
+    weight = 0
     for n, block in enumerate(blocks):
-        if block is not None and len(block) > MAX_BLOCK_BYTES:
-            raise InvalidArgument(f"block {start + n} is {len(block)} bytes; the limit is {MAX_BLOCK_BYTES}")
+        size = len(block) if block is not None else 0
+        if size > MAX_BLOCK_BYTES:
+            raise InvalidArgument(f"block {start + n} is {size} bytes; the limit is {MAX_BLOCK_BYTES}")
+        weight += size + BLOCK_COST
+    if weight > MAX_BATCH_BYTES:
+        raise InvalidArgument(
+            f"a batch of {len(blocks)} blocks weighs {weight} bytes ({BLOCK_COST} per block included); "
+            f"the limit is {MAX_BATCH_BYTES}: append it in smaller batches"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +368,7 @@ class Core:
             raise ReadOnly(f"{self.path}: opened read-only")
         with self.lock:
             start = self._state.length
-            check_block_sizes(start, blocks)
+            check_batch(start, blocks)
             created, roots = merkle.append_leaves(self._roots, start, blocks)
             th = merkle.roots_hash(roots)
             length = start + len(blocks)
@@ -372,7 +388,7 @@ class Core:
             start = self._state.length
             if state.length != start + len(blocks):
                 raise InvalidArgument(f"batch of {len(blocks)} at length {start} cannot reach length {state.length}")
-            check_block_sizes(start, blocks)
+            check_batch(start, blocks)
             if start and state.fork != self._state.fork:
                 # a fork number changes only with a truncation, which replication cannot verify (issue 13 item 10)
                 raise Fork(
@@ -410,7 +426,7 @@ class Core:
                 raise Conflict(f"the feed is at fork {self._state.fork}, the append is for fork {fork}")
             if not blocks:
                 raise InvalidArgument("cannot append an empty batch")
-            check_block_sizes(start, blocks)
+            check_batch(start, blocks)
             created, roots, state = merkle.signed_append(self._roots, start, blocks, signature, fork, self.verifier)
             min_ts, max_ts = inspect() if inspect is not None else (0, 0)
             self._commit(start, blocks, created, roots, state, min_ts, max_ts)

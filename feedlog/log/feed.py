@@ -25,7 +25,17 @@ from .. import faults
 from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument, NotFound
 from . import entries, storage
-from .core import FEED_FILES, KEY_FILE, MAX_BLOCK_BYTES, SECRET_FILE, Core, VerifyReport, is_tmp
+from .core import (
+    BLOCK_COST,
+    FEED_FILES,
+    KEY_FILE,
+    MAX_BLOCK_BYTES,
+    SECRET_FILE,
+    Core,
+    VerifyReport,
+    check_batch,
+    is_tmp,
+)
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record
 from .merkle import TreeState
@@ -34,6 +44,9 @@ from .timestamps import TimestampPolicy, format_duration, parse_duration
 SETTINGS_FILE = "feed.json"
 DEFAULT_TIMESTAMPS = "truncate:1s"  # the DEP: seconds are "a good design trade-off"
 _DEFAULT_POLICY = TimestampPolicy.parse(DEFAULT_TIMESTAMPS)
+#: bounds for `Write.weight`: an entry's tags, lengths, flags, timestamp and expiry; a drive event's Stat
+WRITE_FRAMING = 64
+WRITE_STAT_BYTES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +89,13 @@ class Write:
     deleted: bool = False
     ttl_ms: int | None = None
     timestamps: TimestampPolicy | None = None
+
+    def weight(self) -> int:
+        """An upper bound on what this entry adds to a batch's weight (`core.MAX_BATCH_BYTES`):
+        key and value, the encoding's tags, lengths and timestamps, and the per-block cost."""
+        value = self.value if isinstance(self.value, bytes) else b""
+        extra = 0 if self.value is None or isinstance(self.value, bytes) else WRITE_STAT_BYTES
+        return len(self.key.encode("utf-8", "surrogatepass")) + len(value) + extra + WRITE_FRAMING + BLOCK_COST
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +283,7 @@ class Feed:
                 )
             blocks.append(block)
             stamps.append((ts, expires))
+        check_batch(0, blocks)
         return blocks, stamps
 
     def append(self, writes: Sequence[Write]) -> list[Appended]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import Corruption, SignatureError
 from ..log import flat_tree, merkle
-from ..log.core import MAX_BLOCK_BYTES, Segment
+from ..log.core import BLOCK_COST, MAX_BLOCK_BYTES, Segment
 from ..log.crypto import Verifier, leaf_hash
 from ..log.merkle import Node, TreeState
 from ..pb import feeds_pb2 as pb
@@ -27,9 +27,6 @@ from . import wire
 DEFAULT_BUDGET = 1 << 20
 #: protobuf framing, roots, cleared nodes and signed states on top of a message's block bytes
 MESSAGE_OVERHEAD = 256 << 10
-#: what holding one block costs a reader beyond its bytes (the bytes object, its leaf hash and
-#: node); charged per block so that a message of a million empty blocks weighs what it costs
-BLOCK_COST = 256
 #: a signed batch may span several messages, but a reader holds at most this many messages'
 #: worth of blocks whose signature has not arrived (issue 13 item 1: a peer that never signs)
 UNSIGNED_MESSAGES = 4

@@ -127,3 +127,22 @@ def test_readers_show_invalid_blocks_instead_of_crashing(tmp_path: Path, capsys:
     assert "invalid" in capsys.readouterr().out
     with Feed.open(p) as f:  # compaction walks every record too
         f.compact(overwritten=True)
+
+
+def test_a_batch_heavier_than_any_reader_holds_is_refused_and_bulk_append_splits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    value = "v" * (7 << 20)  # five of these weigh more than MAX_BATCH_BYTES
+    with Feed.create(tmp_path / "f") as feed:
+        with pytest.raises(InvalidArgument, match="smaller batches"):
+            feed.append([Write(f"/k{i}", value.encode()) for i in range(5)])
+        assert feed.length == 1  # nothing written
+        with pytest.raises(InvalidArgument, match="smaller batches"):
+            feed.check([Write(f"/k{i}", value.encode()) for i in range(5)])
+    lines = tmp_path / "big.jsonl"
+    lines.write_text("".join(json.dumps({"key": f"/k{i}", "value": value}) + "\n" for i in range(5)))
+    assert main(["append", str(tmp_path / "f"), "--jsonl", str(lines)]) == 0
+    with Feed.open(tmp_path / "f", writable=False) as feed:
+        assert feed.length == 6 and feed.verify().length == 6
+        assert feed.core.batch_end(1) < 6  # cut into batches a reader can take back
+    capsys.readouterr()

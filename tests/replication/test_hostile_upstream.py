@@ -380,11 +380,16 @@ def test_pull_of_a_fork_is_one_line_and_exit_5(hostile, tmp_path: Path, capsys: 
 
 @pytest.mark.slow
 def test_readers_accept_their_budget_plus_one_largest_block(tmp_path: Path) -> None:
-    from feedlog.log.core import MAX_BLOCK_BYTES
+    from feedlog.log.core import MAX_BATCH_BYTES, MAX_BLOCK_BYTES
+    from feedlog.replication.verify import max_unsigned_bytes
 
+    # the heaviest batch an append accepts is one every reader can hold unsigned, whatever its budget
+    assert max_unsigned_bytes(1) >= MAX_BATCH_BYTES
     with local_feed(tmp_path / "peer" / "f", n=3) as feed:
         big = b"z" * (MAX_BLOCK_BYTES - 1024)  # the entry around it stays within the block limit
-        feed.append([Write("/big1", big), Write("/big2", big)])  # one 16 MiB batch of two maximal blocks
+        # one batch of three maximal blocks and small ones up to the batch limit
+        small = [Write(f"/s{i}", b"s" * 4000) for i in range((MAX_BATCH_BYTES - 3 * MAX_BLOCK_BYTES) // 4400)]
+        feed.append([Write("/big1", big), Write("/big2", big), Write("/big3", big), *small])
         feed.append([Write("/after", b"1")])
         key, length = feed.key, feed.length
     peer = PeerServer(tmp_path / "peer", "127.0.0.1:0").start()
