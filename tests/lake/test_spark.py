@@ -134,7 +134,8 @@ class TamperingFeeds(FeedsService):  # type: ignore[misc]
     victim = 150
 
     def Read(self, request: Any, context: Any) -> Iterator[feeds_pb2.ReadResponse]:
-        for resp in super().Read(request, context):
+        for raw in super().Read(request, context):  # messages come encoded (the peer holds them that way)
+            resp = feeds_pb2.ReadResponse.FromString(raw)
             for seg in resp.segments:
                 k = self.victim - seg.start
                 if 0 <= k < len(seg.blocks) and seg.blocks[k]:
