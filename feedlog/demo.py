@@ -61,7 +61,12 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
     t0 = time.monotonic()
     servers: list[Any] = []
     try:
-        step("start a commit owner and two peers on 127.0.0.1")
+        step("start local Spark, a commit owner and two peers on 127.0.0.1")
+        t = time.monotonic()
+        # the JVM first: PySpark forks it, and a fork once gRPC's threads run can kill the child
+        spark = spark or spark_session(app_name="feedlog-demo")
+        spark.sparkContext.setLogLevel("ERROR")
+        print(f"local Spark {spark.version} up in {time.monotonic() - t:.1f}s")
         owner = OwnerServer(base / "owner.db", roots=[base]).start()
         servers.append(owner)
         first = PeerServer(base / "peer1").start()
@@ -92,10 +97,6 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
         table = base / "table"
         source = f"grpc://{second.address}/{key.hex()}"
         step(f"ingest from peer 2 with Spark into a managed Delta table at {table}")
-        t = time.monotonic()
-        spark = spark or spark_session(app_name="feedlog-demo")
-        spark.sparkContext.setLogLevel("ERROR")
-        print(f"local Spark {spark.version} up in {time.monotonic() - t:.1f}s")
         r = ingest_batch(spark, [source], str(table), owner=owner.endpoint)
         print(
             f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s"

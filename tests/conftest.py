@@ -24,12 +24,30 @@ def hyperdb_vectors() -> Any:
     return load_vectors("hyperdb-3.5.0.json")
 
 
+_SPARK: list[Any] = []
+
+
+def _start_spark() -> Any:
+    if not _SPARK:
+        from feedlog.lake import spark_session
+
+        s = spark_session("local[2]", "feedlog-tests")
+        s.sparkContext.setLogLevel("ERROR")
+        _SPARK.append(s)
+    return _SPARK[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Start the JVM before any test creates gRPC threads: PySpark forks it (Popen with a
+    # preexec_fn), and a fork while gRPC's threads hold their locks can kill the child before
+    # it execs ("Java gateway process exited"; seen once under load in the demo).
+    if any("spark" in getattr(item, "fixturenames", ()) for item in items):
+        _start_spark()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one real local Spark session of a test run (starting one costs ~8 s)."""
-    from feedlog.lake import spark_session
-
-    s = spark_session("local[2]", "feedlog-tests")
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
+    yield _start_spark()
+    if _SPARK:
+        _SPARK.pop().stop()
