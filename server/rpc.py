@@ -17,12 +17,14 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
+from feedlog.errors import FeedlogError, InvalidArgument, Unavailable, shorten
 from feedlog.replication import wire
 
 from .events import event
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: the longest status message a service sends
+MAX_STATUS_MESSAGE = 2000
 
 #: threads a server always keeps for unary calls, whatever its streams do
 UNARY_HEADROOM = 8
@@ -32,7 +34,9 @@ def abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
     md = (*(getattr(err, "metadata", None) or ()), *wire.error_metadata(err))
     if md:
         context.set_trailing_metadata(md)
-    context.abort(wire.status_of(err), str(err))
+    # a backstop for every service: a message is status detail in the trailers, whose size limit
+    # would turn an echo of a huge input into an opaque RESOURCE_EXHAUSTED (issue 13 item 15)
+    context.abort(wire.status_of(err), shorten(err, MAX_STATUS_MESSAGE))
 
 
 def unary(fn: F) -> F:
@@ -43,7 +47,7 @@ def unary(fn: F) -> F:
         except FeedlogError as e:
             abort(context, e)
         except ValueError as e:  # protobuf rejecting a field value
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, shorten(e, MAX_STATUS_MESSAGE))
 
     return wrapper  # type: ignore[return-value]
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from feedlog.errors import Conflict, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported
+from feedlog.errors import Conflict, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported, shorten
 from feedlog.log import merkle
 from feedlog.log.feed import Write
 from feedlog.log.timestamps import TimestampPolicy
@@ -35,8 +35,8 @@ from .events import event
 from .flow import InFlight
 from .group_commit import Result
 from .host import FeedHost, HostedFeed
+from .rpc import MAX_STATUS_MESSAGE, unary
 from .rpc import abort as _abort
-from .rpc import unary
 
 DEFAULT_MESSAGE_BYTES = 1 << 20
 MAX_MESSAGE_BUDGET = 16 << 20
@@ -58,7 +58,7 @@ def streaming(fn: F) -> F:
         except FeedlogError as e:
             _abort(context, e)
         except ValueError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, shorten(e, MAX_STATUS_MESSAGE))
 
     return wrapper  # type: ignore[return-value]
 

@@ -466,3 +466,25 @@ def test_a_subscriber_that_never_reads_blocks_neither_writers_nor_other_readers(
     got = sum(len(b.blocks) for b in clients(a).read_verified(key, 0))
     assert got == 1001
     stalled.cancel()
+
+
+def test_huge_inputs_are_not_echoed_back_whole(peers: Peers) -> None:
+    """A 100 KB bad value comes back as INVALID_ARGUMENT with a short message, not as an opaque
+    RESOURCE_EXHAUSTED from an oversized status (issue 13 item 15)."""
+    a = peers("a")
+    with FeedClient(a.address, token=a.token) as c:
+        key = c.create().key
+    auth = [("authorization", f"Bearer {a.token}")]
+    huge = "x" * 100_000
+    calls = [
+        ("Put", pb.PutRequest(feed=key, entries=[pb.Put(key="/k", value=b"v", timestamps=huge)])),
+        ("Create", pb.CreateRequest(timestamps=huge)),
+        ("Create", pb.CreateRequest(content_type=huge)),
+    ]
+    with grpc.insecure_channel(a.address) as ch:
+        for method, request in calls:
+            call = ch.unary_unary(f"/feedlog.feeds.Feeds/{method}", request_serializer=type(request).SerializeToString)
+            with pytest.raises(grpc.RpcError) as err:
+                call(request, metadata=auth, timeout=5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+            assert len(err.value.details()) < 2_500
