@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from .. import errors
@@ -54,6 +55,29 @@ class Parser(argparse.ArgumentParser):
 
 
 Handler = Callable[[argparse.Namespace], int | None]
+
+
+def given_token(ns: argparse.Namespace, env: str) -> str | None:
+    """A secret from --token-file, --token (warned about: `ps` shows it) or the variable `env`, in that order."""
+    if getattr(ns, "token_file", None):
+        return read_token_file(ns.token_file)
+    if getattr(ns, "token", None):
+        print(
+            "feedlog: warning: --token is visible to every user of this machine (ps); use --token-file", file=sys.stderr
+        )
+        return str(ns.token)
+    return os.environ.get(env) or None
+
+
+def read_token_file(path: str) -> str:
+    """The token in a file: its first word."""
+    try:
+        words = Path(path).read_text().split()
+    except (OSError, UnicodeDecodeError) as e:
+        raise errors.InvalidArgument(f"cannot read token file {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not words:
+        raise errors.InvalidArgument(f"token file {path} is empty")
+    return words[0]
 
 
 def emit(ns: argparse.Namespace, data: Any, human: Callable[[], None] | str | None = None) -> None:

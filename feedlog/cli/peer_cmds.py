@@ -6,14 +6,13 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgument, Unavailable
 from ..log import entries
 from ..log.feed import Write
 from ..log.timestamps import parse_duration
-from . import emit
+from . import emit, given_token
 
 REMOTE = "grpc://"
 
@@ -38,23 +37,8 @@ def tls_args(p: argparse.ArgumentParser, write: bool = False) -> None:
 
 
 def token_of(ns: argparse.Namespace) -> str | None:
-    """The write token from --token (warned about), --token-file or $FEEDLOG_PEER_TOKEN, in that order."""
-    token = getattr(ns, "token", None)
-    if token is not None:
-        print(
-            "feedlog: warning: --token is visible to every user of this machine (ps); use --token-file", file=sys.stderr
-        )
-        return str(token)
-    path = getattr(ns, "token_file", None)
-    if path is not None:
-        try:
-            lines = Path(path).read_text().split()
-        except (OSError, UnicodeDecodeError) as e:
-            raise InvalidArgument(f"cannot read token file {path}: {e}") from None
-        if not lines:
-            raise InvalidArgument(f"token file {path} is empty")
-        return lines[0]
-    return os.environ.get(TOKEN_ENV) or None
+    """The write token from --token-file, --token (warned about) or $FEEDLOG_PEER_TOKEN."""
+    return given_token(ns, TOKEN_ENV)
 
 
 def tls_of(ns: argparse.Namespace) -> Any:

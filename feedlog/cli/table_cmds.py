@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +22,7 @@ from ..delta import DeltaTable
 from ..delta.managed import OWNER_ENV, TOKEN_ENV, Binding, new_token
 from ..errors import InvalidArgument
 from ..log.timestamps import parse_duration
-from . import emit
+from . import emit, given_token, read_token_file
 from .feed_cmds import fmt_ts
 from .peer_cmds import tls_args, tls_of
 
@@ -75,30 +73,12 @@ def token_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--token", help="the token itself (visible to other users in ps: prefer --token-file)")
 
 
-def read_token_file(path: str) -> str:
-    try:
-        words = Path(path).read_text().split()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InvalidArgument(f"cannot read token file {path}: {getattr(e, 'strerror', None) or e}") from None
-    if not words:
-        raise InvalidArgument(f"token file {path} is empty")
-    return words[0]
-
-
 def token_of(ns: argparse.Namespace, table: str | None = None) -> str | None:
     """--token-file, --token (warned about), $FEEDLOG_OWNER_TOKEN, then `table`'s own token file."""
-    if getattr(ns, "token_file", None):
-        return read_token_file(ns.token_file)
-    if getattr(ns, "token", None):
-        print(
-            "feedlog: warning: --token is visible to every user of this machine (ps); use --token-file", file=sys.stderr
-        )
-        return str(ns.token)
-    if os.environ.get(TOKEN_ENV):
-        return os.environ[TOKEN_ENV]
-    if table is not None and os.path.isfile(os.path.join(table, TOKEN_FILE)):
+    token = given_token(ns, TOKEN_ENV)
+    if token is None and table is not None and os.path.isfile(os.path.join(table, TOKEN_FILE)):
         return read_token_file(os.path.join(table, TOKEN_FILE))
-    return None
+    return token
 
 
 def write_token_file(path: str, token: str) -> str:
