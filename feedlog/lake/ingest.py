@@ -17,14 +17,14 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import errors
 from ..delta import DeltaTable, TableNotFound
-from .audit import provenance_of
 from .feeds import FeedSource, parse_sources
 from .sink import FORMAT as SINK
 from .sink import STATE_DIR, app_id, table_token, trusted
@@ -96,8 +96,8 @@ def _where(src: FeedSource) -> str:
     return src.path or src.spec
 
 
-def _sink_options(owner: str | None, token: str | None) -> dict[str, str]:
-    out = {}
+def _sink_options(owner: str | None, token: str | None, job: str | None = None) -> dict[str, str]:
+    out = {"jobId": job} if job else {}
     if owner:
         out["owner"] = owner
     if token:
@@ -124,6 +124,8 @@ def ingest_batch(
         progress("nothing new to ingest")
         return IngestResult(None, 0, 0.0)
     t0 = time.monotonic()
+    job = uuid.uuid4().hex  # recorded in our commit: a concurrent job may commit after us
+    before = _version(table, owner)
 
     def offsets(attr: str) -> str:
         return json.dumps({p.source.key_hex: getattr(p, attr) for p in plans})
@@ -136,21 +138,34 @@ def ingest_batch(
             .option("endingOffsets", offsets("end"))
             .load()
         )
-        df.write.format(SINK).options(**_sink_options(owner, token)).mode("append").save(table)
+        df.write.format(SINK).options(**_sink_options(owner, token, job)).mode("append").save(table)
     except errors.FeedlogError:
         raise
     except Exception as e:  # Py4J / PySpark errors: find ours inside
         raise spark_error(e) from None
     seconds = time.monotonic() - t0
     t = DeltaTable.open(table, owner_token=table_token(table, token), owner=trusted(table, owner))
-    last = t.history(1)[0]
     done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans if p.entries)
     if not done:
         raise errors.Conflict("the commit did not record every feed's progress; rerun to finish")
-    ours = {(p.source.key_hex, p.end) for p in plans if p.entries}
-    mine = any((f.get("key"), f.get("to")) in ours for f in provenance_of(last.commit_info))
-    ict = last.in_commit_timestamp if mine else None
-    return IngestResult(last.version if mine else None, total, seconds, ict)
+    # our commit: the newest, unless a concurrent job committed after it; none if another job
+    # had already landed our entries
+    mine = next((h for h in t.history(t.version() - before) if _job_of(h.commit_info) == job), None)
+    return IngestResult(mine.version if mine else None, total, seconds, mine.in_commit_timestamp if mine else None)
+
+
+def _version(table: str, owner: str | None) -> int:
+    """The table's version now, -1 if there is no table yet."""
+    try:
+        return DeltaTable.open(table, owner_token=table_token(table, None), owner=trusted(table, owner)).version()
+    except TableNotFound:
+        return -1
+
+
+def _job_of(info: Mapping[str, Any]) -> str | None:
+    block = info.get("feedlog")
+    job = block.get("job") if isinstance(block, dict) else None
+    return job if isinstance(job, str) else None
 
 
 def default_checkpoint(table: str, specs: Sequence[str]) -> str:

@@ -189,6 +189,8 @@ class SinkConfig:
     app_version: int | None
     #: the sink's `owner` option: which commit owner the committing worker may talk to
     owner: str | None = None
+    #: the sink's `jobId` option, recorded in the commit so the job can find its own commit later
+    job_id: str | None = None
 
     @classmethod
     def prepare(
@@ -223,6 +225,7 @@ class SinkConfig:
             app_id=app,
             app_version=version,
             owner=options.get("owner"),
+            job_id=options.get("jobId"),
         )
 
     # executors
@@ -288,6 +291,8 @@ class SinkConfig:
                     tx.operation_parameters = {"mode": "Append"}
                 if ranges:
                     tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
+                    if self.job_id:
+                        tx.info_extra["feedlog"]["job"] = self.job_id
                 faults.point("sink.before_commit")
                 try:
                     result = tx.commit()

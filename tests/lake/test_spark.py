@@ -177,6 +177,47 @@ def test_a_tampered_block_fails_the_job_and_leaves_the_table(spark, tmp_path: Pa
         host.close()
 
 
+def test_a_job_reports_its_own_commit_when_another_job_commits_after_it(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two jobs on one table: the one that committed first reports its own version and ICT, not
+    "another job had landed these entries" (it looked only at the newest commit)."""
+    import feedlog.lake.ingest as ingest_mod
+
+    make_feed(tmp_path / "a", 30, kp=KEY_A).close()
+    feed_b = make_feed(tmp_path / "b", 20, kp=KEY_B)
+    table = tmp_path / "table"
+    assert ingest_batch(spark, [str(tmp_path / "b")], str(table), progress=quiet).version == 1
+    append(feed_b, 10)
+    feed_b.close()
+    armed, rivals = [False], list[int]()
+
+    class RivalFirst(DeltaTable):  # the table as ingest_batch sees it
+        @classmethod
+        def open(cls, location: Any, **components: Any) -> DeltaTable:
+            if armed[0]:  # job a has committed; job b commits before job a looks for its commit
+                armed[0] = False
+                assert ingest_batch(spark, [str(tmp_path / "b")], str(table), progress=quiet).version == 3
+            return DeltaTable.open(location, **components)
+
+    real_version = ingest_mod._version
+
+    def version_then_arm(table_: str, owner: str | None) -> int:
+        v = real_version(table_, owner)
+        if not rivals:  # job a's: the next open in ingest_batch is the one after its Spark job
+            rivals.append(1)
+            armed[0] = True
+        return v
+
+    monkeypatch.setattr(ingest_mod, "_version", version_then_arm)
+    monkeypatch.setattr(ingest_mod, "DeltaTable", RivalFirst)
+    r = ingest_batch(spark, [str(tmp_path / "a")], str(table), progress=quiet)
+    monkeypatch.undo()
+    assert (r.version, r.rows) == (2, 30) and r.in_commit_timestamp is not None
+    assert [h.version for h in DeltaTable.open(table).history()] == [3, 2, 1, 0]
+    assert seqs(table, KEY_A.public_key) == list(range(1, 31))
+
+
 def feedlog_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "feedlog.cli", *args],
