@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,38 @@ def test_unbackfilled_commits_are_seen_by_managed_readers_only(owner: Owner) -> 
     assert deltalake_version(path) == 6
     assert sorted(deltalake_read(path).column("id").to_pylist()) == list(range(6))
     assert t.backfill() == 6  # idempotent
+
+
+class LostAnswers:
+    """The owner behind a network that loses the answer of the first `n` commit calls after the
+    owner acted on them (a deadline passing, a connection dropped)."""
+
+    def __init__(self, api: Any, n: int) -> None:
+        self.api, self.n = api, n
+
+    def commit(self, *args: Any) -> Any:
+        response = self.api.commit(*args)
+        if self.n > 0:
+            self.n -= 1
+            raise Unavailable("the answer was lost")
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.api, name)
+
+
+def test_a_commit_whose_answer_was_lost_is_recognised_as_ours(owner: Owner) -> None:
+    t = owner.create(batch_size=100)  # nothing is backfilled: only the owner knows what won
+    t.append(batch([0]))
+    (committer,) = t._managed_committers.values()
+    committer.owner = LostAnswers(committer.owner, 1)
+    r = t.append(batch([1]))  # the retry is told version 2 is taken: by our own staged file
+    assert r.version == 2 and r.attempts == 1
+    staged = {f.path.rpartition("/")[2] for f in t.storage.list(COMMITS_DIR, stat=False)}
+    assert any(staged_name(2)[:20] == name[:20] for name in staged)  # the ratified commit's file is kept
+    assert t.backfill() == 2
+    assert sorted(DeltaTable.open(t.storage.location).to_arrow().column("id").to_pylist()) == [0, 1]
+    assert [h.version for h in DeltaTable.open(t.storage.location).history()] == [2, 1, 0]
 
 
 def test_ratify_rules_and_idempotence(owner: Owner) -> None:
