@@ -51,6 +51,7 @@ def _start_spark() -> Any:
     return _SPARK[0]
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a run that keeps a Spark test starts one
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Start the JVM before any test creates gRPC threads: PySpark forks it (Popen with a
     # preexec_fn), and a fork while gRPC's threads hold their locks can kill the child before
