@@ -47,17 +47,20 @@ VALUE = b"v" * 80  # with key and framing, ~100-byte blocks
 TOKEN = secrets.token_urlsafe(24)  # the benchmark peers' write token (FEEDLOG_PEER_TOKEN)
 
 
-@contextmanager
-def peer(data: Path) -> Iterator[str]:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "feedlog_server", "--data", str(data), "--listen", f"127.0.0.1:{port}"],
-        stderr=subprocess.DEVNULL,
-        env=dict(os.environ, FEEDLOG_PEER_TOKEN=TOKEN),
-    )
-    target = f"127.0.0.1:{port}"
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def peer_process(
+    data: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A `feedlog serve` process for `data` on a free loopback port, ready (answers GetInfo) when this yields."""
+    target = f"127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "feedlog_server", "--data", str(data), "--listen", target, *args]
+    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 30
         with FeedClient(target, timeout=2) as c:
@@ -67,16 +70,24 @@ def peer(data: Path) -> Iterator[str]:
                 except FeedlogError as e:
                     if "does not host" in str(e):
                         break
-                    if time.monotonic() > deadline:
+                    if time.monotonic() > deadline or proc.poll() is not None:
                         raise
                     time.sleep(0.1)
-        yield target
+        yield proc, target
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def peer(data: Path) -> Iterator[str]:
+    """A peer that takes the benchmark's write token."""
+    with peer_process(data, env=dict(os.environ, FEEDLOG_PEER_TOKEN=TOKEN)) as (_proc, target):
+        yield target
 
 
 def make_feed(path: Path, n: int) -> bytes:

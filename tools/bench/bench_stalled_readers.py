@@ -14,21 +14,15 @@ Target: the peer's peak stays under 2x the idle peer.
 from __future__ import annotations
 
 import argparse
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
+from bench_peers import peer_process  # a sibling script (tools/bench is on sys.path when run)
 
-from feedlog.errors import FeedlogError
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
@@ -46,40 +40,6 @@ def make_feed(path: Path, mib: int) -> bytes:
         for lo in range(0, n, PER_BATCH):
             f.append([Write(f"/k{i:07d}", value) for i in range(lo, min(lo + PER_BATCH, n))])
         return f.key
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def peer(data: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A peer process serving `data`, ready (answers GetInfo) when this yields."""
-    target = f"127.0.0.1:{free_port()}"
-    cmd = [sys.executable, "-m", "feedlog_server", "--data", str(data), "--listen", target, *args]
-    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        with FeedClient(target, timeout=2) as c:
-            while True:
-                try:
-                    c.info(bytes(32))
-                except FeedlogError as e:
-                    if "does not host" in str(e):
-                        break
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise
-                    time.sleep(0.1)
-        yield proc, target
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def memory(pid: int) -> tuple[int, int]:
@@ -139,7 +99,7 @@ def stalled_readers(pid: int, target: str, key: bytes, readers: int, seconds: fl
 
 def run(mib: int, readers: int, seconds: float, root: Path, peer_args: tuple[str, ...] = ()) -> Result:
     key = make_feed(root / "data" / "feed", mib)
-    with peer(root / "data", *peer_args) as (proc, target):
+    with peer_process(root / "data", *peer_args) as (proc, target):
         return stalled_readers(proc.pid, target, key, readers, seconds)
 
 
