@@ -410,6 +410,8 @@ def decode_commit(data: bytes, version: int) -> list[Action]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise Corruption(f"commit {version} line {lineno} is not JSON: {e}") from None
+        except RecursionError:  # nesting deeper than the parser's stack: no action is shaped like that
+            raise Corruption(f"commit {version} line {lineno} nests too deeply to be an action") from None
         if not isinstance(obj, dict) or len(obj) != 1:
             raise Corruption(f"commit {version} line {lineno} is not a single action object")
         ((kind, body),) = obj.items()

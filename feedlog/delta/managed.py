@@ -65,6 +65,9 @@ EMBEDDED_DB = ("_feedlog", "owner.db")
 #: how much of a table-supplied owner description goes into a message
 _DESCRIBE_MAX = 200
 
+#: a line of a commit file that holds commitInfo, protocol or metaData (the writer's line format:
+#: the action's key first, maybe after spaces)
+_HEAD_ACTION = re.compile(rb'^[ \t]*\{[ \t]*"(?:commitInfo|protocol|metaData)"', re.MULTILINE)
 _STAGED = re.compile(r"(\d{20})\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json")
 
 
@@ -430,14 +433,18 @@ class ManagedCommitter:
 def staged_actions(data: bytes) -> tuple[CommitInfo | None, Protocol | None, Metadata | None]:
     """The commitInfo, protocol and metaData of a commit file, without parsing its add/remove lines."""
     info = protocol = metadata = None
-    for line in data.split(b"\n"):
-        head = line[:16]
-        if not (b'"commitInfo"' in head or b'"protocol"' in head or b'"metaData"' in head):
-            continue
+    # only the lines that start with one of these actions, found by a scan in C: a file of millions
+    # of short lines must cost neither a list of them nor a Python loop over them
+    for m in _HEAD_ACTION.finditer(data):
+        start = m.start()
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
         try:
-            obj = json.loads(line)
+            obj = json.loads(data[start:end])
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InvalidArgument(f"staged commit is not newline-delimited JSON: {e}") from None
+        except RecursionError:
+            raise InvalidArgument("staged commit has a line nested too deeply to be an action") from None
         try:
             if "commitInfo" in obj and info is None:
                 info = CommitInfo.from_json(obj["commitInfo"])

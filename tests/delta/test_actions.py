@@ -17,8 +17,9 @@ from feedlog.delta.actions import (
     decode_commit,
     encode_commit,
 )
+from feedlog.delta.managed import staged_actions
 from feedlog.delta.transaction import ENGINE_INFO
-from feedlog.errors import Corruption
+from feedlog.errors import Corruption, InvalidArgument
 
 from .conftest import SCHEMA, T0, counter_ids
 
@@ -98,3 +99,23 @@ def test_protocol_upgrade_lists_features_implied_by_older_writer_versions():
     p = Protocol(3, 7, (), ("appendOnly",))
     assert p.with_writer_feature("inCommitTimestamp") == Protocol(3, 7, (), ("appendOnly", "inCommitTimestamp"))
     assert p.with_writer_feature("appendOnly") is p
+
+
+def test_a_line_nested_beyond_the_parser_is_corruption_not_a_crash() -> None:
+    deep = b'{"commitInfo": ' + b"[" * 200_000 + b"]" * 200_000 + b"}\n"
+    with pytest.raises(Corruption, match="nests too deeply"):
+        decode_commit(deep, 1)
+    with pytest.raises(InvalidArgument, match="nested too deeply"):
+        staged_actions(deep)
+
+
+def test_staged_actions_scan_a_file_of_many_short_lines_without_a_list_of_them() -> None:
+    import tracemalloc
+
+    data = b'{"commitInfo": {"timestamp": 1, "inCommitTimestamp": 5}}\n' + b"ab\n" * 2_000_000
+    tracemalloc.start()
+    info, protocol, metadata = staged_actions(data)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert info is not None and info.in_commit_timestamp == 5 and protocol is None and metadata is None
+    assert peak < 1 << 20, peak  # splitting into lines cost ~100 MB here
