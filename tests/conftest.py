@@ -15,11 +15,15 @@ TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 
 def load_tool(name: str) -> ModuleType:
-    """tools/NAME.py as a module (the tools are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+    """tools/NAME.py (NAME may hold a folder: "bench/bench_x") as a module, imported as it runs as a
+    script: its own folder on sys.path, so it can import the scripts beside it."""
+    path = TOOLS / f"{name}.py"
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up by name
+    sys.modules[path.stem] = mod  # dataclasses look their module up by name
     spec.loader.exec_module(mod)
     return mod
 

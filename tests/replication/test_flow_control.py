@@ -7,8 +7,6 @@ fails alone; no message is ever larger than the budget or the send limit.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,10 +29,11 @@ from feedlog.replication.sync import clone
 from feedlog_server.app import PeerServer
 from feedlog_server.group_commit import GroupCommitter
 
+from ..conftest import load_tool
+
 Peers = Callable[..., PeerServer]
 Clients = Callable[..., FeedClient]
 MiB = 1 << 20
-ROOT = Path(__file__).resolve().parents[2]
 KP = KeyPair.from_seed(bytes([21]) * 32)
 
 # a reader that stops reading as cheaply as an attacker can: no window growth, a 64 KiB window
@@ -42,14 +41,7 @@ STALLED = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 << 10)
 
 
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_stalled_readers", ROOT / "tools/bench/bench_stalled_readers.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("bench/bench_stalled_readers")
 
 
 def big_feed(path: Path, batches: list[list[int]], kp: KeyPair = KP) -> Feed:
