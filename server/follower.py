@@ -80,6 +80,11 @@ class Follower:
             except FeedlogError as e:
                 self.last_error = str(e)
                 event("follow_disconnected", logging.INFO, peer=peer, feed=feed, length=hf.feed.length, error=str(e))
+            except Exception as e:  # a bug of ours met by hostile input: log it, keep the thread, retry later
+                self.last_error = f"{type(e).__name__}: {e}"
+                event(
+                    "follow_failed", logging.ERROR, peer=peer, feed=feed, length=hf.feed.length, error=self.last_error
+                )
             finally:
                 with self._lock:
                     self._sub = None

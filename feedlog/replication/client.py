@@ -266,7 +266,7 @@ def verified(
     v: SegmentVerifier | None = None
     for resp in responses:
         if v is None:
-            roots = wire.nodes_of(resp.roots)
+            roots = wire.nodes_of(resp.roots, source)
             v = SegmentVerifier(key, start, roots, source=source, max_unsigned=max_unsigned_bytes(budget))
         for m in resp.segments:
             batch = v.receive(m)

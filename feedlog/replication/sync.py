@@ -60,7 +60,7 @@ def store_responses(
     it = iter(responses)
     for resp in it:
         if resp.roots and feed.length and not stored and not pending:
-            roots = wire.nodes_of(resp.roots)
+            roots = wire.nodes_of(resp.roots, source)
             if merkle.roots_hash(roots) != feed.core.state.tree_hash:
                 _fork_at(feed, roots, itertools.chain([resp], it), source, budget)
         grew = False

@@ -112,14 +112,28 @@ def node_pb(n: Node) -> pb.Node:
     return pb.Node(index=n.index, hash=n.hash, size=n.size)
 
 
+#: bounds on a received tree node: a byte size up to 64 PiB (so the sum of a tree's roots, which
+#: parent and tree hashes pack as u64, cannot overflow) and an index of a tree of such blocks
+MAX_NODE_SIZE = 1 << 56
+MAX_NODE_INDEX = 1 << 62
+
+
 def node_of(m: pb.Node) -> Node:
     if len(m.hash) != HASH_SIZE:
         raise errors.Corruption(f"tree node {m.index} has a {len(m.hash)}-byte hash")
+    if m.size > MAX_NODE_SIZE or m.index > MAX_NODE_INDEX:
+        raise errors.Corruption(f"tree node {m.index} claims an impossible size ({m.size} bytes) or index")
     return Node(m.index, bytes(m.hash), m.size)
 
 
-def nodes_of(ms: Iterable[pb.Node]) -> list[Node]:
-    return [node_of(m) for m in ms]
+def nodes_of(ms: Iterable[pb.Node], source: str | None = None) -> list[Node]:
+    """The nodes of a message; a malformed one is Corruption naming `source`, the peer that sent it."""
+    try:
+        return [node_of(m) for m in ms]
+    except errors.Corruption as e:
+        if source is None:
+            raise
+        raise errors.Corruption(f"{source}: {e}") from None
 
 
 def state_pb(s: TreeState) -> pb.SignedState:

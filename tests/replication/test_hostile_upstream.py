@@ -375,6 +375,25 @@ def test_pull_of_a_fork_is_one_line_and_exit_5(hostile, tmp_path: Path, capsys: 
         assert err.count("\n") == 1 and "forked" in err and b.core.state.tree_hash.hex() in err, err
 
 
+def test_roots_of_impossible_size_are_refused_naming_the_peer(
+    hostile, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Roots whose sizes overflow the u64 a parent hash packs were a struct.error traceback."""
+    from feedlog.cli import main
+
+    with local_feed(tmp_path / "author", n=5) as feed:
+        bad = [pb.Node(index=n.index, hash=n.hash, size=2**64 - 1) for n in map(wire.node_pb, feed.core.roots())]
+        svc, target = hostile(info_of(feed), "fork", fork_messages=[pb.ReadResponse(roots=bad)])
+        as_replica(feed, tmp_path / "copy", f"grpc://{target}/{feed.key.hex()}")
+        feed.append([Write("/more", b"1")])  # the peer now advertises more than the copy holds
+        svc.info = info_of(feed)
+        with FeedClient(target) as c, pytest.raises(Corruption, match=f"{target}.*impossible size"):
+            list(c.read_verified(feed.key, 1))
+    assert main(["pull", str(tmp_path / "copy")]) == 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and target in err and "impossible size" in err, err
+
+
 # ---- item 6, the reader's side: a block larger than the budget still comes through --------------------------------
 
 
