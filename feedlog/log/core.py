@@ -54,11 +54,14 @@ CHECKPOINT_BYTES = 32 << 20
 MAX_BLOCK_BYTES = 8 << 20
 #: what holding one block costs a reader beyond its bytes (the bytes object, its leaf hash and node)
 BLOCK_COST = 256
-#: the heaviest signed batch an append accepts, as bytes + `BLOCK_COST` per block. A reader holds a
-#: batch's blocks until its signature arrives and bounds what it holds (replication/verify.py: four
-#: messages of its budget plus one block, at least 33 MiB), so a heavier batch could never be read
-#: back by a peer (issue 13 items 1 and 6): it is refused here rather than stored unservable
-MAX_BATCH_BYTES = 32 << 20
+#: the heaviest signed batch an append accepts, as bytes + `BLOCK_COST` per block. A batch travels to
+#: a peer in one AppendRequest (its signature covers it whole), which a peer takes up to 16 MiB by
+#: default, and a reader holds a batch's blocks until its signature arrives (replication/verify.py:
+#: four messages of its budget plus one block, at least 33 MiB). A heavier batch could be neither
+#: pushed nor read back (issue 13 items 1 and 6): it is refused here rather than stored unservable.
+#: The 64 KiB left of 16 MiB hold the request's key, signature and lengths (each block's framing is
+#: within its `BLOCK_COST`).
+MAX_BATCH_BYTES = (16 << 20) - (64 << 10)
 #: how much of the log `get_range` reads at once (at least one block)
 READ_BYTES = 1 << 20
 #: encoded size bounds for `segment_cost`: a block's tag and length prefix; a cleared block's leaf node;

@@ -169,6 +169,11 @@ class FeedClient:
                 return
             detail = e.details() or ""
             if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "received message larger" in detail.lower():
+                if detail.startswith("SERVER:"):  # it is the peer that refused what we sent
+                    raise InvalidArgument(
+                        f"{self.target} refused a request larger than it accepts ({detail}); "
+                        "see its serve --max-message-bytes"
+                    ) from None
                 # our receive limit is the budget we asked for plus one block: the peer ignored it
                 raise Corruption(
                     f"{self.target}: sent a message larger than the {self.budget}-byte budget asked for "

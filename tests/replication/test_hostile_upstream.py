@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from feedlog.errors import Corruption, Fork
+from feedlog.errors import Corruption, Fork, InvalidArgument
 from feedlog.log import merkle
 from feedlog.log.crypto import KeyPair, Signer, tree_signable
 from feedlog.log.feed import Feed, Write
@@ -30,7 +30,7 @@ from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
 from feedlog.replication import wire
 from feedlog.replication.client import Address, FeedClient
-from feedlog.replication.sync import REMOTE_FILE, clone, pull
+from feedlog.replication.sync import REMOTE_FILE, clone, pull, push
 from feedlog.replication.verify import DEFAULT_BUDGET, max_message_bytes
 from feedlog_server.app import PeerServer
 
@@ -404,19 +404,33 @@ def test_readers_accept_their_budget_plus_one_largest_block(tmp_path: Path) -> N
 
     # the heaviest batch an append accepts is one every reader can hold unsigned, whatever its budget
     assert max_unsigned_bytes(1) >= MAX_BATCH_BYTES
-    with local_feed(tmp_path / "peer" / "f", n=3) as feed:
+    with local_feed(tmp_path / "author", n=3) as feed:
         big = b"z" * (MAX_BLOCK_BYTES - 1024)  # the entry around it stays within the block limit
-        # one batch of three maximal blocks and small ones up to the batch limit
-        small = [Write(f"/s{i}", b"s" * 4000) for i in range((MAX_BATCH_BYTES - 3 * MAX_BLOCK_BYTES) // 4400)]
-        feed.append([Write("/big1", big), Write("/big2", big), Write("/big3", big), *small])
+        # one maximal block and small ones up to the batch limit, in one batch; then another maximal one
+        small = [Write(f"/s{i}", b"s" * 4000) for i in range((MAX_BATCH_BYTES - MAX_BLOCK_BYTES) // 4400)]
+        feed.append([Write("/big1", big), *small])
+        feed.append([Write("/big2", big)])
         feed.append([Write("/after", b"1")])
         key, length = feed.key, feed.length
     peer = PeerServer(tmp_path / "peer", "127.0.0.1:0").start()
     try:
+        # the heaviest batch also fits the one request that pushes it to a peer with default limits
+        assert push(tmp_path / "author", Address(peer.address), token=peer.token).length == length
         assert clone(Address(peer.address, key.hex()), tmp_path / "copy").length == length
         with Feed.open(tmp_path / "copy", writable=False) as copy:
             assert copy.verify().length == length
         with FeedClient(peer.address, budget=64 << 10) as c:  # far below one block: each comes alone
             assert sum(len(b.blocks) for b in c.read_verified(key, 1)) == length - 1
+    finally:
+        peer.stop(grace=1)
+
+
+def test_a_push_larger_than_the_peer_accepts_blames_the_request_not_the_peer(tmp_path: Path) -> None:
+    with local_feed(tmp_path / "author", n=3) as feed:
+        feed.append([Write("/big", b"z" * (2 << 20))])
+    peer = PeerServer(tmp_path / "peer", "127.0.0.1:0", max_message_bytes=1 << 20).start()
+    try:
+        with pytest.raises(InvalidArgument, match="refused a request larger than it accepts"):
+            push(tmp_path / "author", Address(peer.address), token=peer.token)
     finally:
         peer.stop(grace=1)
