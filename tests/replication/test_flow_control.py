@@ -28,6 +28,7 @@ from feedlog.replication.client import Address, FeedClient, channel_options
 from feedlog.replication.sync import clone
 from feedlog_server.app import PeerServer
 from feedlog_server.group_commit import GroupCommitter
+from feedlog_server.service import MESSAGE_HEADROOM
 
 from ..conftest import load_tool
 
@@ -94,7 +95,9 @@ def test_a_full_in_flight_budget_cancels_the_stalled_reader_not_the_others(
     peers: Peers, clients: Clients, tmp_path: Path
 ) -> None:
     big_feed(tmp_path / "peer" / "f", [[64 << 10] * 16 for _ in range(12)]).close()  # 12 MiB, 1 MiB batches
-    peer = peers("peer", max_in_flight_bytes=3 * MiB, stall_seconds=1.0)
+    # room for three messages: a stream reserves its budget plus headroom before it builds one
+    limit = 3 * (MiB + MESSAGE_HEADROOM)
+    peer = peers("peer", max_in_flight_bytes=limit, stall_seconds=1.0)
     with stalled_reads(peer.address, KP.public_key, 3) as stalled:
         assert all(first_or_error(c) is None for c in stalled)
         # each stalled stream soon holds its next message, which nobody takes: no room for a fourth
@@ -110,7 +113,7 @@ def test_a_full_in_flight_budget_cancels_the_stalled_reader_not_the_others(
         codes = [first_or_error(s) for s in stalled]
         assert codes.count(grpc.StatusCode.CANCELLED) == 1  # the oldest, and only as many as needed
         assert codes.count(None) == 2
-        assert peer.service.in_flight.used <= 3 * MiB
+        assert peer.service.in_flight.used <= limit
 
 
 # ---- item 3: streams never starve unary calls ---------------------------------------------------
