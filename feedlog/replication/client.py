@@ -13,6 +13,7 @@ Every failed call raises a `FeedlogError` naming the peer (see `wire.ERROR_OF`).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -31,6 +32,9 @@ from . import wire
 from .verify import DEFAULT_BUDGET, SegmentVerifier, Verified, max_message_bytes, max_unsigned_bytes
 
 DEFAULT_TIMEOUT = 30.0
+#: how long a bounded Read may go without a message before the reader gives up on the peer (a peer
+#: makes a reader wait only while its in-flight budget is spent, for 30 s at most: flow.InFlight)
+READ_IDLE_SECONDS = 60.0
 MAX_MESSAGE_BYTES = 64 << 20
 SCHEME = "grpc://"
 T = TypeVar("T")
@@ -134,9 +138,11 @@ class FeedClient:
         timeout: float = DEFAULT_TIMEOUT,
         token: str | None = None,
         budget: int = DEFAULT_BUDGET,
+        read_idle: float = READ_IDLE_SECONDS,
     ) -> None:
         self.target = target
         self.timeout = timeout
+        self.read_idle = read_idle
         self.auth = auth_metadata(token)
         if not 0 < budget < 1 << 32:
             raise InvalidArgument(f"a message budget is 1..{(1 << 32) - 1} bytes, got {budget}")
@@ -161,10 +167,20 @@ class FeedClient:
         except grpc.RpcError as e:
             raise wire.error_of(e, self.target) from None
 
-    def _stream(self, it: Iterator[T]) -> Iterator[T]:
+    def _stream(self, it: Iterator[T], idle: float | None = None) -> Iterator[T]:
+        """Messages of a response stream, errors as FeedlogErrors; with `idle`, a peer that sends
+        nothing for that long is given up on (a bounded read must keep coming; tails may wait)."""
+        watch = _IdleWatch(it, idle) if idle is not None else None
         try:
-            yield from it
+            for m in it:
+                if watch is not None:
+                    watch.seen()
+                yield m
         except grpc.RpcError as e:
+            if watch is not None and watch.fired:
+                raise Unavailable(
+                    f"{self.target}: sent nothing for {idle:.0f} s in the middle of a read; giving up on it"
+                ) from None
             if e.code() == grpc.StatusCode.CANCELLED:
                 return
             detail = e.details() or ""
@@ -180,6 +196,9 @@ class FeedClient:
                     f"plus one block ({detail})"
                 ) from None
             raise wire.error_of(e, self.target) from None
+        finally:
+            if watch is not None:
+                watch.stop()
 
     # ---- unary ------------------------------------------------------------------------
 
@@ -225,7 +244,7 @@ class FeedClient:
             with_roots=with_roots,
             max_message_bytes=min(max_message_bytes or self.budget, self.budget),
         )
-        return self._stream(self.stub.Read(req))
+        return self._stream(self.stub.Read(req), idle=self.read_idle)
 
     def subscribe(self, key: bytes, start: int, *, with_roots: bool = False) -> Subscription:
         req = pb.SubscribeRequest(
@@ -396,3 +415,26 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _IdleWatch:
+    """Cancels a gRPC call that has gone `idle` seconds without a message (one thread per call)."""
+
+    def __init__(self, call: Any, idle: float) -> None:
+        self.call, self.idle, self.fired = call, idle, False
+        self._last = time.monotonic()
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="read-idle-watch", daemon=True).start()
+
+    def seen(self) -> None:
+        self._last = time.monotonic()
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _run(self) -> None:
+        while not self._done.wait(min(1.0, self.idle)):
+            if time.monotonic() - self._last > self.idle:
+                self.fired = True
+                self.call.cancel()
+                return

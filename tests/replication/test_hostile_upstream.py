@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from feedlog.errors import Corruption, Fork, InvalidArgument
+from feedlog.errors import Corruption, Fork, InvalidArgument, Unavailable
 from feedlog.log import merkle
 from feedlog.log.crypto import KeyPair, Signer, tree_signable
 from feedlog.log.feed import Feed, Write
@@ -52,7 +52,7 @@ class Hostile(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untype
     """Answers GetInfo with `info`; `mode` says what Read/Subscribe send."""
 
     info: pb.FeedInfo
-    mode: str = "flood"  # flood | empty-blocks | big-message | fork
+    mode: str = "flood"  # flood | empty-blocks | big-message | fork | silent
     fork_messages: list[pb.ReadResponse] = field(default_factory=list)
     #: the genuine roots at a start position (a flooder that looks right until its blocks never get signed)
     roots_of: Callable[[int], list[pb.Node]] | None = None
@@ -65,6 +65,11 @@ class Hostile(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untype
         self.streams += 1
         if self.mode == "fork":
             yield from self.fork_messages
+            return
+        if self.mode == "silent":  # opens the stream and sends nothing (bounded, so the server can stop)
+            deadline = time.monotonic() + 10
+            while context.is_active() and time.monotonic() < deadline:
+                time.sleep(0.05)
             return
         if self.mode == "empty-blocks":
             yield pb.ReadResponse(segments=[pb.Segment(start=start, blocks=[b""] * 1_000_000)])
@@ -434,3 +439,12 @@ def test_a_push_larger_than_the_peer_accepts_blames_the_request_not_the_peer(tmp
             push(tmp_path / "author", Address(peer.address), token=peer.token)
     finally:
         peer.stop(grace=1)
+
+
+def test_a_read_from_a_silent_peer_gives_up_naming_it(hostile, tmp_path: Path) -> None:
+    with local_feed(tmp_path / "author", n=5) as feed:
+        _svc, target = hostile(info_of(feed), "silent")
+        t = time.monotonic()
+        with FeedClient(target, read_idle=1.0) as c, pytest.raises(Unavailable, match=f"{target}: sent nothing"):
+            list(c.read(feed.key, 0))
+        assert time.monotonic() - t < 5
