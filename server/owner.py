@@ -21,7 +21,7 @@ import grpc
 
 from feedlog.delta.committer import CommitConflict, CommitResponse
 from feedlog.delta.managed import DEFAULT_BATCH_SIZE, Auth, TableRef
-from feedlog.delta.owner import LocalOwner
+from feedlog.delta.managed.sqlite import LocalOwner
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
 from feedlog.pb import owner_pb2 as pb
 

@@ -51,7 +51,7 @@ from google.protobuf.message import Message
 
 from feedlog.delta import DeltaTable
 from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
-from feedlog.delta.owner_client import GrpcOwner
+from feedlog.delta.managed.client import GrpcOwner
 from feedlog.pb import owner_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["CommitOwner"]

@@ -39,7 +39,8 @@ from .actions import (
 )
 from .committer import LOG_DIR
 from .log import Listing, list_log, load_protocol_metadata, load_state, read_commit
-from .managed import COMMITS_DIR, Binding, staged_version
+from .managed.protocol import Binding
+from .managed.staged import COMMITS_DIR, staged_version
 from .replay import check_writable, ict_enablement
 from .storage import Storage
 from .timeline import Timeline, last_at_or_before

@@ -41,12 +41,11 @@ from .log import (
     load_state,
     read_commit,
 )
-from .managed import (
-    COMMITS_DIR,
+from .managed.committer import ManagedCommitter, resolve_owner
+from .managed.protocol import (
     OWNER_ENV,
     Auth,
     Binding,
-    ManagedCommitter,
     OwnerNotConsulted,
     OwnerNotTrusted,
     TableRef,
@@ -55,10 +54,9 @@ from .managed import (
     is_embedded,
     is_trusted,
     new_token,
-    resolve_owner,
-    staged_version,
     trusted_owners,
 )
+from .managed.staged import COMMITS_DIR, staged_version
 from .parquet import read_parquet
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .schema import from_schema_string, to_schema_string

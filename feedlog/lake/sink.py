@@ -51,7 +51,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .. import faults
+from .. import failpoints
 from ..delta import DeltaTable, LocalStorage, TableNotFound
 from ..delta.actions import Add
 from ..delta.managed import TOKEN_ENV, Binding, new_token, trusted_owners
@@ -245,7 +245,7 @@ class SinkConfig:
             lambda: str(uuid.uuid4()),
             self.write_options,
         )
-        faults.point("sink.written")
+        failpoints.point("sink.written")
         return FilesWritten([a.to_json() for a in adds], feed_ranges(data))
 
     # the committing worker
@@ -293,7 +293,7 @@ class SinkConfig:
                     tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
                     if self.job_id:
                         tx.info_extra["feedlog"]["job"] = self.job_id
-                faults.point("sink.before_commit")
+                failpoints.point("sink.before_commit")
                 try:
                     result = tx.commit()
                     break
@@ -304,7 +304,7 @@ class SinkConfig:
         except Conflict:
             self._discard(adds)  # definitely not committed: the files are nobody's
             raise
-        faults.point("sink.committed")
+        failpoints.point("sink.committed")
         _maintain(table, result)
         return result
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import faults
+from .. import failpoints
 from ..errors import (
     AlreadyExists,
     Conflict,
@@ -99,7 +99,7 @@ def _move_into(build: Path, p: Path, given: Path) -> None:
     for n in sorted(os.listdir(build), key=lambda n: n == KEY_FILE):
         if n == KEY_FILE:
             storage.fsync_dir(p)  # everything else is in place before the key makes it a feed
-            faults.point("create.moved")
+            failpoints.point("create.moved")
         os.rename(build / n, p / n)
     storage.fsync_dir(p)
     (p / MOVING).unlink()
@@ -259,7 +259,7 @@ class Core:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a live build: another create leaves it alone
             try:
                 cls._build(tmp, key_pair, fsync, init)
-                faults.point("create.built")
+                failpoints.point("create.built")
                 if existing:
                     _move_into(tmp, p, given)
                 else:
@@ -273,21 +273,21 @@ class Core:
             storage.fsync_dir(p.parent)
         finally:
             os.close(lock)
-        faults.point("create.renamed")
+        failpoints.point("create.renamed")
         return cls.open(given, fsync=fsync)
 
     @classmethod
     def _build(cls, d: Path, key_pair: KeyPair, fsync: bool, init: Callable[[Core], None] | None) -> None:
         """Write a whole feed into the build directory `d`, durably."""
-        faults.point("create.dir")
+        failpoints.point("create.dir")
         if key_pair.seed is not None:
             storage.atomic_write(d / SECRET_FILE, key_pair.seed, mode=0o600)
-            faults.point("create.secret")
+            failpoints.point("create.secret")
         storage.atomic_write(d / KEY_FILE, key_pair.public_key)
-        faults.point("create.key")
+        failpoints.point("create.key")
         core = cls.open(d, fsync=fsync)
         try:
-            faults.point("create.opened")
+            failpoints.point("create.opened")
             if init is not None:
                 init(core)
         finally:
@@ -589,7 +589,7 @@ class Core:
             self._log_end = rec.end
             buf = buf[rec.end - rec.offset :]
             if self.writable:
-                faults.point("core.replayed_batch")
+                failpoints.point("core.replayed_batch")
 
     def _truncate_past_end(self) -> None:
         size = os.fstat(self._log).st_size

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import faults
+from .. import failpoints
 from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument, NotFound
 from . import entries, storage
@@ -187,9 +187,9 @@ class Feed:
 
         def init(core: Core) -> None:  # in the build directory: the feed appears with its header or not at all
             storage.atomic_write(core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode())
-            faults.point("create.settings")
+            failpoints.point("create.settings")
             core.append([header])
-            faults.point("create.header")
+            failpoints.point("create.header")
 
         _discard_interrupted(p)
         core = Core.create(p, key_pair or KeyPair.generate(), fsync=fsync, init=init)

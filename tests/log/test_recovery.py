@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from feedlog import faults
+from feedlog import failpoints
 from feedlog.cli import main
 from feedlog.errors import InvalidArgument, NotFound
 from feedlog.log import entries
@@ -21,9 +21,9 @@ from feedlog_server.host import FeedHost
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_child(code: str, failpoints: str = "") -> int:
+def run_child(code: str, points: str = "") -> int:
     """Run `code` in a fresh interpreter (FEEDLOG_FAILPOINTS set), return its exit status."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), faults.ENV: failpoints}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), failpoints.ENV: points}
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=60, capture_output=True)
     return proc.returncode
 
@@ -47,7 +47,7 @@ def test_writer_killed_during_replay_leaves_the_tree_verifiable(tmp_path: Path) 
         assert f.length == 4 and f.verify().length == 4
     # a writer opens the feed, replays batch A, and is killed before replaying batch B
     opener = f"from feedlog.log.feed import Feed\nFeed.open({str(p)!r})\n"
-    assert run_child(opener, "core.replayed_batch=exit@1") == faults.EXIT_CODE
+    assert run_child(opener, "core.replayed_batch=exit@1") == failpoints.EXIT_CODE
     with Feed.open(p, writable=False) as f:  # a reader replays without writing: it sees the caches as left
         assert f.length == 4
         assert f.verify().length == 4
@@ -80,7 +80,7 @@ def test_a_create_killed_at_any_step_leaves_no_feed_or_a_complete_one(
     if existing:  # e.g. a mount point: files move into it, the directory itself stays
         p.mkdir(parents=True)
     code = f"from feedlog.log.feed import Feed\nFeed.create({str(p)!r}, timestamps='off')\n"
-    assert run_child(code, f"{step}=exit") in (0, faults.EXIT_CODE)
+    assert run_child(code, f"{step}=exit") in (0, failpoints.EXIT_CODE)
     host = FeedHost(root)  # a peer starting over the directory neither fails nor serves a half feed
     try:
         hosted = host.keys()  # FeedHost's method, not a dict's
@@ -132,7 +132,7 @@ def test_a_replica_create_killed_at_any_step_can_still_be_filled(tmp_path: Path,
         state = author.core.state
     p = tmp_path / "root" / "copy"
     code = f"from feedlog.log.feed import Feed\nFeed.create_replica({str(p)!r}, {kp.public_key!r})\n"
-    assert run_child(code, f"{step}=exit") in (0, faults.EXIT_CODE)
+    assert run_child(code, f"{step}=exit") in (0, failpoints.EXIT_CODE)
     try:
         copy = Feed.open(p)
     except NotFound:

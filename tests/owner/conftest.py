@@ -16,7 +16,7 @@ import pytest
 
 from feedlog.delta import DeltaTable
 from feedlog.delta.managed import OWNER_ENV, Binding, CommitOwner, resolve_owner
-from feedlog.delta.owner_client import GrpcOwner
+from feedlog.delta.managed.client import GrpcOwner
 from feedlog_server.owner import OwnerServer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("who", pa.string())])

@@ -14,7 +14,7 @@ from feedlog.delta import CommitConflict, Committed, DeltaTable
 from feedlog.delta.actions import encode_commit
 from feedlog.delta.committer import commit_path
 from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
-from feedlog.delta.owner import LocalOwner
+from feedlog.delta.managed.sqlite import LocalOwner
 from feedlog.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from tests.delta.conftest import deltalake_read, deltalake_version, duckdb_read
 

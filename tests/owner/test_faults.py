@@ -14,7 +14,7 @@ import pytest
 
 from feedlog.delta import DeltaTable
 from feedlog.delta.managed import COMMITS_DIR, OWNER_ENV, Binding
-from feedlog.faults import EXIT_CODE
+from feedlog.failpoints import EXIT_CODE
 from tests.delta.conftest import deltalake_read, deltalake_version
 from tests.replication.test_shutdown import free_port
 

@@ -1,10 +1,11 @@
-"""Named failure points for crash tests (in the spirit of SlateDB's fail points).
+"""Named fail points for crash tests (in the spirit of SlateDB's fail points).
 
 A process started with `FEEDLOG_FAILPOINTS="name=exit@3,other=error"` dies
 (`exit`: `os._exit(86)`, no cleanup, like a kill -9) or raises Unavailable
-(`error`) the n-th time (default the first) it passes `point(name)`. Unset, a
-point costs one dict lookup. Tests use it to kill real writer and owner
-processes at exact steps of a commit or a backfill.
+(`error`) the n-th time (default the first) it passes `point(name)`. The
+variable is read the first time any point is passed (or when `arm` is called),
+never at import. Unarmed, a point costs one dict lookup. Tests use it to kill
+real writer and owner processes at exact steps of a commit or a backfill.
 """
 
 from __future__ import annotations
@@ -29,12 +30,24 @@ def _parse(text: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-_points = _parse(os.environ.get(ENV, ""))
+_points: dict[str, tuple[str, int]] | None = None  # None: not read yet
 _hits: dict[str, int] = {}
 _lock = threading.Lock()
 
 
+def arm(spec: str | None = None) -> None:
+    """Arm the points `spec` names (default: $FEEDLOG_FAILPOINTS), resetting every count."""
+    global _points
+    parsed = _parse(os.environ.get(ENV, "") if spec is None else spec)
+    with _lock:
+        _points = parsed
+        _hits.clear()
+
+
 def point(name: str) -> None:
+    if _points is None:
+        arm()
+    assert _points is not None
     if not _points or name not in _points:
         return
     action, nth = _points[name]

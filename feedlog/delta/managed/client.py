@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 
 import grpc
 
-from ..errors import InvalidArgument
-from ..pb import owner_pb2 as pb
-from ..pb import owner_pb2_grpc as pb_grpc
-from ..replication.client import Address, Tls, open_channel
-from ..replication.wire import error_of
-from .committer import CommitConflict, CommitResponse, Committed
-from .managed import Auth, Commits, RatifiedCommit, TableRef, TableStatus
+from ...errors import InvalidArgument
+from ...pb import owner_pb2 as pb
+from ...pb import owner_pb2_grpc as pb_grpc
+from ...replication.client import Address, Tls, open_channel
+from ...replication.wire import error_of
+from ..committer import CommitConflict, CommitResponse, Committed
+from .protocol import Auth, Commits, RatifiedCommit, TableRef, TableStatus
 
 T = TypeVar("T")
 

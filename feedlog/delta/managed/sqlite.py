@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .. import faults
-from ..errors import (
+from ... import failpoints
+from ...errors import (
     AlreadyExists,
     Corruption,
     FeedlogError,
@@ -45,22 +45,11 @@ from ..errors import (
     Unavailable,
     shorten,
 )
-from .actions import MANAGED_COMMITS, OWNER_NAME
-from .committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
-from .managed import (
-    COMMITS_DIR,
-    FEEDLOG_OWNER,
-    Auth,
-    Binding,
-    Commits,
-    RatifiedCommit,
-    TableRef,
-    TableStatus,
-    check_staged_name,
-    staged_actions,
-    staged_version,
-)
-from .storage import LocalStorage
+from ..actions import MANAGED_COMMITS, OWNER_NAME
+from ..committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
+from ..storage import LocalStorage
+from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
+from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
 
 #: The largest staged commit the owner reads (a documented limit; larger ones are refused unread).
 #: A commit of 64 MiB is ~200,000 add actions; reading without a bound let one writer make the
@@ -412,7 +401,7 @@ class LocalOwner:
                     _now_ms(),
                 ),
             )
-        faults.point("owner.proposed")
+        failpoints.point("owner.proposed")
         settled = self._settle(self._row(table.table_id))  # type: ignore[arg-type]
         if settled is not None and settled.state == "active":
             return Committed(version)
@@ -521,7 +510,7 @@ class LocalOwner:
                 "UPDATE tables SET latest = ?, latest_ict = ?, state = ?, updated_ms = ? WHERE id = ?",
                 (version, ict, "releasing" if release else row.state, _now_ms(), row.id),
             )
-        faults.point("owner.ratified")
+        failpoints.point("owner.ratified")
         if release or version - row.backfilled >= row.batch_size:
             try:
                 self._backfill(row.id, version)
@@ -575,7 +564,7 @@ class LocalOwner:
                 if not storage.put_if_absent(target, data) and self._read_log(storage, target) != data:
                     raise Corruption(f"{row.path}/{target} exists but is not the ratified commit {version}")
             done = version
-            faults.point("owner.backfilled_one")
+            failpoints.point("owner.backfilled_one")
         if done > row.backfilled or row.state == "releasing":
             with self._write() as db:
                 db.execute("DELETE FROM commits WHERE table_id = ? AND version <= ?", (table_id, done))
@@ -597,13 +586,9 @@ class LocalOwner:
 
     @staticmethod
     def _clean_staged(storage: LocalStorage, through: int) -> None:
-        """Staged files of backfilled versions are copies or losers; neither is needed again."""
         if os.path.islink(os.path.join(storage.root, COMMITS_DIR)):
             return  # not this table's directory: deleting there would delete another table's files
-        for info in storage.list(COMMITS_DIR, stat=False):
-            v = staged_version(info.path.rsplit("/", 1)[-1])
-            if v is not None and v <= through:
-                storage.delete(info.path)
+        clean_staged(storage, through)
 
     def backfill_all(self) -> dict[str, int]:
         """Settle proposals and backfill every table with un-backfilled commits (an owner's restart)."""

@@ -1,4 +1,4 @@
-"""Managed commits, the client side (the managed-commits RFC): the owner interface and the committer.
+"""Managed commits (the managed-commits RFC): the protocol types, names and trust rules.
 
 With `managedCommits` the filesystem holds what a commit says and the commit
 owner decides whether it happened. A writer stages version v as
@@ -29,31 +29,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
-import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
-from .. import faults
-from ..errors import (
-    AlreadyExists,
-    Corruption,
-    FeedlogError,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    Unavailable,
-    Unsupported,
-)
-from .actions import MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Action, CommitInfo, Metadata, Protocol
-from .committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
-from .replay import ict_enabled
-from .storage import FileInfo, Storage
+from ...errors import Corruption, InvalidArgument, PermissionDenied
+from ..actions import MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Metadata, Protocol
+from ..committer import CommitResponse
+from ..replay import ict_enabled
 
-COMMITS_DIR = f"{LOG_DIR}/_commits"
 #: the `delta.managedCommitOwnerName` of feedlog's owners
 FEEDLOG_OWNER = "feedlog"
 DEFAULT_BATCH_SIZE = 1
@@ -64,30 +49,6 @@ OWNER_ENV = "FEEDLOG_OWNER"
 EMBEDDED_DB = ("_feedlog", "owner.db")
 #: how much of a table-supplied owner description goes into a message
 _DESCRIBE_MAX = 200
-
-#: a line of a commit file that holds commitInfo, protocol or metaData (the writer's line format:
-#: the action's key first, maybe after spaces)
-_HEAD_ACTION = re.compile(rb'^[ \t]*\{[ \t]*"(?:commitInfo|protocol|metaData)"', re.MULTILINE)
-_STAGED = re.compile(r"(\d{20})\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json")
-
-
-def staged_name(version: int) -> str:
-    return f"{version:020d}.{uuid.uuid4()}.json"
-
-
-def staged_version(name: str) -> int | None:
-    """The version of a staged commit file name, None if the name is not one."""
-    m = _STAGED.fullmatch(name)
-    return int(m.group(1)) if m else None
-
-
-def check_staged_name(name: str, version: int) -> None:
-    if staged_version(name) != version:
-        raise InvalidArgument(
-            f"staged commit file {name!r} is not named <version>.<uuid>.json for version {version} "
-            f"(20-digit version, lowercase UUID)"
-        )
-
 
 # ---- which owner a table names ----------------------------------------------------------------
 
@@ -291,167 +252,9 @@ class CommitOwner(TypingProtocol):
     def close(self) -> None: ...
 
 
-_LOCAL_OWNERS: dict[str, CommitOwner] = {}
-
-
-def resolve_owner(binding: Binding, tls: object | None = None) -> CommitOwner:
-    """A client for the owner a table names (one per database file / endpoint in a process)."""
-    if binding.name != FEEDLOG_OWNER:
-        raise Unsupported(f"commit owner {binding.name!r} is not one feedlog can talk to (only {FEEDLOG_OWNER!r})")
-    conf = binding.config
-    if "endpoint" in conf:
-        from .owner_client import GrpcOwner
-
-        return GrpcOwner.shared(conf["endpoint"], tls)
-    if "db" in conf:
-        from .owner import LocalOwner
-
-        db = conf["db"]
-        if db not in _LOCAL_OWNERS:
-            _LOCAL_OWNERS[db] = LocalOwner(db)
-        return _LOCAL_OWNERS[db]
-    raise Corruption(f"{OWNER_CONF} names neither an endpoint nor a db: {conf}")
-
-
 def default_token() -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
 def new_token() -> str:
     return secrets.token_urlsafe(24)
-
-
-# ---- the committer ----------------------------------------------------------------------------
-
-
-def ict_of(actions: Sequence[Action]) -> int:
-    info = actions[0] if actions else None
-    if not isinstance(info, CommitInfo) or info.in_commit_timestamp is None:
-        raise InvalidArgument("a managed commit must start with commitInfo carrying its inCommitTimestamp")
-    return info.in_commit_timestamp
-
-
-class ManagedCommitter:
-    """Commits one managed table through its owner (a `Committer`, plus the ownership changes).
-
-    A call whose answer is lost (the owner unreachable, a dropped connection) is
-    repeated with the same staged file, which the owner treats idempotently; if
-    the owner has meanwhile backfilled and forgotten the version, the backfilled
-    file is compared with ours. So an uncertain commit is resolved by asking,
-    never by committing the same change twice.
-    """
-
-    def __init__(self, owner: CommitOwner, table: TableRef, auth: Auth, *, attempts: int = 6) -> None:
-        self.owner = owner
-        self.table = table
-        self.auth = auth
-        self.attempts = attempts
-        #: the winners a conflict answer named: the rebase that follows reads them without asking again
-        self._hint: tuple[int, tuple[tuple[int, str], ...]] | None = None
-
-    def _stage(self, storage: Storage, version: int, data: bytes) -> str:
-        name = staged_name(version)
-        if not storage.put_if_absent(f"{COMMITS_DIR}/{name}", data):
-            raise Unavailable(f"staged commit {name} already exists (a UUID collision?)")
-        faults.point("managed.staged")
-        return name
-
-    def _resolve(
-        self, storage: Storage, version: int, data: bytes, staged: str, call: Callable[[], CommitResponse]
-    ) -> CommitResponse:
-        doubt: Unavailable | None = None
-        for attempt in range(self.attempts):
-            try:
-                response = call()
-            except Unavailable as e:
-                doubt = e
-                time.sleep(min(2.0, 0.05 * 2**attempt))
-                continue
-            except AlreadyExists:
-                if doubt is not None and self._backfilled_as(storage, version, data):
-                    return Committed(version)
-                storage.delete(f"{COMMITS_DIR}/{staged}")
-                raise
-            except FeedlogError:
-                if doubt is None:  # refused outright: the staged file will never be a commit
-                    storage.delete(f"{COMMITS_DIR}/{staged}")
-                raise
-            if isinstance(response, CommitConflict):
-                if doubt is not None and self._backfilled_as(storage, version, data):
-                    return Committed(version)
-                storage.delete(f"{COMMITS_DIR}/{staged}")
-                self._hint = (version, response.winners) if response.winners else None
-            faults.point("managed.answered")
-            return response
-        raise Unavailable(
-            f"the commit owner did not answer whether version {version} of {self.table.path} is committed "
-            f"({doubt}); it may be: re-read the table before retrying"
-        )
-
-    def _backfilled_as(self, storage: Storage, version: int, data: bytes) -> bool:
-        try:
-            return storage.read(commit_path(version)) == data
-        except NotFound:
-            return False
-
-    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
-        name, ict = self._stage(storage, version, data), ict_of(actions)
-        return self._resolve(
-            storage, version, data, name, lambda: self.owner.commit(self.table, version, name, ict, self.auth)
-        )
-
-    def register(
-        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], batch_size: int
-    ) -> CommitResponse:
-        name, ict = self._stage(storage, version, data), ict_of(actions)
-        return self._resolve(
-            storage,
-            version,
-            data,
-            name,
-            lambda: self.owner.register(self.table, version, name, ict, self.auth, batch_size),
-        )
-
-    def release(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
-        name, ict = self._stage(storage, version, data), ict_of(actions)
-        return self._resolve(
-            storage, version, data, name, lambda: self.owner.release(self.table, version, name, ict, self.auth)
-        )
-
-    def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
-        hint, self._hint = self._hint, None
-        if hint is not None and hint[0] == start_version:
-            pairs = list(hint[1])  # what won the race just lost: at least as new as the caller's base
-        else:
-            pairs = [(c.version, c.file) for c in self.owner.get_commits(self.table, start_version).commits]
-        return [(v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs]
-
-    def backfill(self, version: int | None = None) -> int:
-        return self.owner.backfill(self.table, -1 if version is None else version, self.auth)
-
-
-def staged_actions(data: bytes) -> tuple[CommitInfo | None, Protocol | None, Metadata | None]:
-    """The commitInfo, protocol and metaData of a commit file, without parsing its add/remove lines."""
-    info = protocol = metadata = None
-    # only the lines that start with one of these actions, found by a scan in C: a file of millions
-    # of short lines must cost neither a list of them nor a Python loop over them
-    for m in _HEAD_ACTION.finditer(data):
-        start = m.start()
-        end = data.find(b"\n", start)
-        end = len(data) if end < 0 else end
-        try:
-            obj = json.loads(data[start:end])
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InvalidArgument(f"staged commit is not newline-delimited JSON: {e}") from None
-        except RecursionError:
-            raise InvalidArgument("staged commit has a line nested too deeply to be an action") from None
-        try:
-            if "commitInfo" in obj and info is None:
-                info = CommitInfo.from_json(obj["commitInfo"])
-            elif "protocol" in obj:
-                protocol = Protocol.from_json(obj["protocol"])
-            elif "metaData" in obj:
-                metadata = Metadata.from_json(obj["metaData"])
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InvalidArgument(f"staged commit has a malformed action: {e!r}") from None
-    return info, protocol, metadata

@@ -1,0 +1,143 @@
+"""The client side of a managed table: `ManagedCommitter` stages a commit and asks the owner.
+
+`resolve_owner` turns the owner a table names into a client: the in-process
+SQLite engine (`sqlite.py`) or the gRPC service (`client.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from ... import failpoints
+from ...errors import AlreadyExists, Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported
+from ..actions import OWNER_CONF, Action, CommitInfo
+from ..committer import CommitConflict, CommitResponse, Committed, commit_path
+from ..storage import FileInfo, Storage
+from .client import GrpcOwner
+from .protocol import FEEDLOG_OWNER, Auth, Binding, CommitOwner, TableRef
+from .sqlite import LocalOwner
+from .staged import COMMITS_DIR, staged_name
+
+_LOCAL_OWNERS: dict[str, CommitOwner] = {}
+
+
+def resolve_owner(binding: Binding, tls: object | None = None) -> CommitOwner:
+    """A client for the owner a table names (one per database file / endpoint in a process)."""
+    if binding.name != FEEDLOG_OWNER:
+        raise Unsupported(f"commit owner {binding.name!r} is not one feedlog can talk to (only {FEEDLOG_OWNER!r})")
+    conf = binding.config
+    if "endpoint" in conf:
+        return GrpcOwner.shared(conf["endpoint"], tls)
+    if "db" in conf:
+        db = conf["db"]
+        if db not in _LOCAL_OWNERS:
+            _LOCAL_OWNERS[db] = LocalOwner(db)
+        return _LOCAL_OWNERS[db]
+    raise Corruption(f"{OWNER_CONF} names neither an endpoint nor a db: {conf}")
+
+
+def ict_of(actions: Sequence[Action]) -> int:
+    info = actions[0] if actions else None
+    if not isinstance(info, CommitInfo) or info.in_commit_timestamp is None:
+        raise InvalidArgument("a managed commit must start with commitInfo carrying its inCommitTimestamp")
+    return info.in_commit_timestamp
+
+
+class ManagedCommitter:
+    """Commits one managed table through its owner (a `Committer`, plus the ownership changes).
+
+    A call whose answer is lost (the owner unreachable, a dropped connection) is
+    repeated with the same staged file, which the owner treats idempotently; if
+    the owner has meanwhile backfilled and forgotten the version, the backfilled
+    file is compared with ours. So an uncertain commit is resolved by asking,
+    never by committing the same change twice.
+    """
+
+    def __init__(self, owner: CommitOwner, table: TableRef, auth: Auth, *, attempts: int = 6) -> None:
+        self.owner = owner
+        self.table = table
+        self.auth = auth
+        self.attempts = attempts
+        #: the winners a conflict answer named: the rebase that follows reads them without asking again
+        self._hint: tuple[int, tuple[tuple[int, str], ...]] | None = None
+
+    def _stage(self, storage: Storage, version: int, data: bytes) -> str:
+        name = staged_name(version)
+        if not storage.put_if_absent(f"{COMMITS_DIR}/{name}", data):
+            raise Unavailable(f"staged commit {name} already exists (a UUID collision?)")
+        failpoints.point("managed.staged")
+        return name
+
+    def _resolve(
+        self, storage: Storage, version: int, data: bytes, staged: str, call: Callable[[], CommitResponse]
+    ) -> CommitResponse:
+        doubt: Unavailable | None = None
+        for attempt in range(self.attempts):
+            try:
+                response = call()
+            except Unavailable as e:
+                doubt = e
+                time.sleep(min(2.0, 0.05 * 2**attempt))
+                continue
+            except AlreadyExists:
+                if doubt is not None and self._backfilled_as(storage, version, data):
+                    return Committed(version)
+                storage.delete(f"{COMMITS_DIR}/{staged}")
+                raise
+            except FeedlogError:
+                if doubt is None:  # refused outright: the staged file will never be a commit
+                    storage.delete(f"{COMMITS_DIR}/{staged}")
+                raise
+            if isinstance(response, CommitConflict):
+                if doubt is not None and self._backfilled_as(storage, version, data):
+                    return Committed(version)
+                storage.delete(f"{COMMITS_DIR}/{staged}")
+                self._hint = (version, response.winners) if response.winners else None
+            failpoints.point("managed.answered")
+            return response
+        raise Unavailable(
+            f"the commit owner did not answer whether version {version} of {self.table.path} is committed "
+            f"({doubt}); it may be: re-read the table before retrying"
+        )
+
+    def _backfilled_as(self, storage: Storage, version: int, data: bytes) -> bool:
+        try:
+            return storage.read(commit_path(version)) == data
+        except NotFound:
+            return False
+
+    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+        name, ict = self._stage(storage, version, data), ict_of(actions)
+        return self._resolve(
+            storage, version, data, name, lambda: self.owner.commit(self.table, version, name, ict, self.auth)
+        )
+
+    def register(
+        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], batch_size: int
+    ) -> CommitResponse:
+        name, ict = self._stage(storage, version, data), ict_of(actions)
+        return self._resolve(
+            storage,
+            version,
+            data,
+            name,
+            lambda: self.owner.register(self.table, version, name, ict, self.auth, batch_size),
+        )
+
+    def release(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+        name, ict = self._stage(storage, version, data), ict_of(actions)
+        return self._resolve(
+            storage, version, data, name, lambda: self.owner.release(self.table, version, name, ict, self.auth)
+        )
+
+    def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
+        hint, self._hint = self._hint, None
+        if hint is not None and hint[0] == start_version:
+            pairs = list(hint[1])  # what won the race just lost: at least as new as the caller's base
+        else:
+            pairs = [(c.version, c.file) for c in self.owner.get_commits(self.table, start_version).commits]
+        return [(v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs]
+
+    def backfill(self, version: int | None = None) -> int:
+        return self.owner.backfill(self.table, -1 if version is None else version, self.auth)
