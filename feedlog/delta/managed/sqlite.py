@@ -28,13 +28,12 @@ import os
 import sqlite3
 import stat
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from ... import failpoints
+from ...clock import Clock, SystemClock
 from ...errors import (
     AlreadyExists,
     Corruption,
@@ -49,6 +48,7 @@ from ..actions import MANAGED_COMMITS, OWNER_NAME
 from ..committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
 from ..storage import LocalStorage
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
+from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide
 from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
 
 #: The largest staged commit the owner reads (a documented limit; larger ones are refused unread).
@@ -87,23 +87,7 @@ CREATE TABLE IF NOT EXISTS commits (
 """
 
 
-@dataclass(frozen=True)
-class _Row:
-    id: str
-    path: str
-    state: str
-    token_hash: str
-    principal: str | None
-    latest: int
-    latest_ict: int
-    backfilled: int
-    batch_size: int
-    proposal_version: int | None
-    proposal_file: str | None
-    proposal_ict: int | None
-
-
-_COLUMNS = ", ".join(_Row.__dataclass_fields__)
+_COLUMNS = ", ".join(TableRow.__dataclass_fields__)
 
 
 _LIMIT = 2**62  # versions and timestamps beyond this are nonsense (and beyond SQLite's integers)
@@ -198,14 +182,17 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class LocalOwner:
     """A commit owner on a SQLite file; `roots` (if given) confine the tables it will own."""
 
-    def __init__(self, db: str | os.PathLike[str], roots: Sequence[str | os.PathLike[str]] | None = None) -> None:
+    def __init__(
+        self,
+        db: str | os.PathLike[str],
+        roots: Sequence[str | os.PathLike[str]] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        #: stamps rows and commits (`updated_ms`, `ratified_ms`): bookkeeping only, no decision reads it
+        self.clock: Clock = clock or SystemClock()
         self.db = os.path.abspath(os.fspath(db))
         self.roots = None if roots is None else [os.path.realpath(os.fspath(r)) for r in roots]
         self._local = threading.local()
@@ -261,10 +248,10 @@ class LocalOwner:
         except sqlite3.Error as e:
             raise Unavailable(f"commit owner database {self.db}: {e}") from None
 
-    def _row(self, table_id: str, conn: sqlite3.Connection | None = None) -> _Row | None:
+    def _row(self, table_id: str, conn: sqlite3.Connection | None = None) -> TableRow | None:
         sql, args = f"SELECT {_COLUMNS} FROM tables WHERE id = ?", (table_id,)
         rows = conn.execute(sql, args).fetchall() if conn else self._read(sql, args)
-        return _Row(*rows[0]) if rows else None
+        return TableRow(*rows[0]) if rows else None
 
     def close(self) -> None:
         with self._conns_lock:
@@ -295,7 +282,7 @@ class LocalOwner:
         self._confine(os.path.join(real, COMMITS_DIR))  # a symlinked _delta_log may not lead out either
         return LocalStorage(real)
 
-    def _table(self, ref: TableRef) -> _Row:
+    def _table(self, ref: TableRef) -> TableRow:
         """The registered table `ref` names, its proposal settled; NotFound if it names none."""
         _check_id(ref.table_id)
         path = self._confine(ref.path)
@@ -309,7 +296,7 @@ class LocalOwner:
         return row
 
     @staticmethod
-    def _authorize(row: _Row, auth: Auth) -> None:
+    def _authorize(row: TableRow, auth: Auth) -> None:
         if row.principal is not None and auth.principal == row.principal:
             return
         if auth.token and hmac.compare_digest(_hash(auth.token), row.token_hash):
@@ -398,7 +385,7 @@ class LocalOwner:
                     version,
                     staged,
                     ict,
-                    _now_ms(),
+                    self.clock.now_ms(),
                 ),
             )
         failpoints.point("owner.proposed")
@@ -407,7 +394,7 @@ class LocalOwner:
             return Committed(version)
         return CommitConflict(version, True, f"version {version} was committed by a filesystem writer first")
 
-    def _settle(self, row: _Row) -> _Row | None:
+    def _settle(self, row: TableRow) -> TableRow | None:
         """Decide a proposal by the filesystem: its commit landed (active) or another did (forgotten)."""
         assert row.proposal_version is not None and row.proposal_file is not None
         storage = self._storage(row.path)
@@ -431,7 +418,7 @@ class LocalOwner:
                 db.execute(
                     "UPDATE tables SET state = 'active', latest = ?, latest_ict = ?, backfilled = ?, updated_ms = ? "
                     "WHERE id = ?",
-                    (row.proposal_version, row.proposal_ict, row.proposal_version, _now_ms(), row.id),
+                    (row.proposal_version, row.proposal_ict, row.proposal_version, self.clock.now_ms(), row.id),
                 )
             else:
                 db.execute("DELETE FROM tables WHERE id = ?", (row.id,))
@@ -463,55 +450,33 @@ class LocalOwner:
             checked = e
         with self._write() as db:
             row = self._row(row.id, db)  # type: ignore[assignment]
-            if row.state == "released":
-                return CommitConflict(
-                    version,
-                    version <= row.latest,
-                    f"the table was converted to a filesystem table at version {row.latest}: re-read it",
-                )
-            if version <= row.latest:
-                mine = db.execute(
-                    "SELECT file FROM commits WHERE table_id = ? AND version = ?", (row.id, version)
-                ).fetchone()
-                if mine and mine[0] == staged:
-                    return Committed(version)  # a repeated request whose first answer was lost
+            recorded = db.execute(
+                "SELECT file FROM commits WHERE table_id = ? AND version = ?", (row.id, version)
+            ).fetchone()
+            request = RatifyRequest(version, staged, ict, release, recorded[0] if recorded else None, checked)
+            outcome = decide(row, request)
+            if isinstance(outcome, Repeat):
+                return Committed(version)  # a repeated request whose first answer was lost
+            if isinstance(outcome, Refuse):
+                if not outcome.winners:
+                    return outcome.conflict
                 winners = db.execute(
                     "SELECT version, file FROM commits WHERE table_id = ? AND version >= ? ORDER BY version",
                     (row.id, version),
                 ).fetchall()
-                reason = f"version {version} is taken (latest is {row.latest})"
-                return CommitConflict(version, True, reason, tuple((int(v), str(f)) for v, f in winners))
-            if row.state == "releasing":
-                return CommitConflict(version, False, "the table is being converted to a filesystem table")
-            if version > row.latest + 1:
-                return CommitConflict(
-                    version, False, f"version {version} would leave a gap: the latest ratified version is {row.latest}"
-                )
-            if isinstance(checked, FeedlogError):
-                raise checked
-            binding = checked
-            if release and binding is not None:
-                raise InvalidArgument(f"staged commit {staged} does not remove the commit owner from the table")
-            if not release and binding is None:
-                raise InvalidArgument(
-                    f"staged commit {staged} removes the commit owner: convert the table to filesystem instead"
-                )
-            if not release and binding is not None and binding.name != FEEDLOG_OWNER:
-                raise InvalidArgument(f"staged commit {staged} hands the table to another owner ({binding.name})")
-            if ict <= row.latest_ict:
-                raise InvalidArgument(
-                    f"inCommitTimestamp {ict} of version {version} is not after version {row.latest}'s {row.latest_ict}"
-                )
+                c = outcome.conflict
+                return CommitConflict(c.version, c.retryable, c.reason, tuple((int(v), str(f)) for v, f in winners))
+            now = self.clock.now_ms()
             db.execute(
                 "INSERT INTO commits (table_id, version, file, ict, ratified_ms) VALUES (?, ?, ?, ?, ?)",
-                (row.id, version, staged, ict, _now_ms()),
+                (row.id, version, staged, ict, now),
             )
             db.execute(
                 "UPDATE tables SET latest = ?, latest_ict = ?, state = ?, updated_ms = ? WHERE id = ?",
-                (version, ict, "releasing" if release else row.state, _now_ms(), row.id),
+                (outcome.version, outcome.ict, outcome.state, now, row.id),
             )
         failpoints.point("owner.ratified")
-        if release or version - row.backfilled >= row.batch_size:
+        if backfill_due(row, version, release):
             try:
                 self._backfill(row.id, version)
             except FeedlogError:
@@ -572,7 +537,7 @@ class LocalOwner:
                     "UPDATE tables SET backfilled = MAX(backfilled, ?), updated_ms = ?, "
                     "state = CASE WHEN state = 'releasing' AND latest <= ? THEN 'released' ELSE state END "
                     "WHERE id = ?",
-                    (done, _now_ms(), done, table_id),
+                    (done, self.clock.now_ms(), done, table_id),
                 )
             self._clean_staged(storage, done)
         return done
