@@ -15,15 +15,21 @@ implementation must keep (the storage contract suite checks them):
   It returns False (not an exception: losing a race is a normal outcome) if the file exists.
 - `write_atomic(path, data)` replaces the file all at once (readers see old or new, never a mix).
 - `delete(path)` removes the file; deleting a missing file is not an error.
+- `stat(path)` returns the file's size and modification time (ms) or raises NotFound.
+
+`LocalStorage` keeps a table in a directory; `MemoryStorage` keeps one in memory, for
+protocol tests that need no disk.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
 import uuid
 from typing import NamedTuple, Protocol
 
+from ..clock import Clock, SystemClock
 from ..errors import NotFound, Unavailable
 
 
@@ -172,3 +178,85 @@ class LocalStorage:
             pass
         except OSError as e:
             raise Unavailable(f"cannot delete {self._abs(path)}: {e.strerror}") from None
+
+
+class MemoryStorage:
+    """A table in memory (`memory://<name>`): the same contracts as `LocalStorage`, no disk.
+
+    Every operation holds one lock, so each is atomic and put-if-absent has exactly one
+    winner among threads. Modification times come from `clock` (the system clock by
+    default), so a test with a `ManualClock` controls what time-based code (timestamp
+    fallbacks, cleanup) sees. Directories exist only as prefixes of file paths, as in an
+    object store; a path may not be both a file and a directory, as on a local disk.
+    """
+
+    def __init__(self, name: str = "table", clock: Clock | None = None) -> None:
+        self.name = name
+        self.clock: Clock = clock or SystemClock()
+        self._files: dict[str, tuple[bytes, int]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def location(self) -> str:
+        return f"memory://{self.name}"
+
+    def _where(self, path: str) -> str:
+        return f"{self.location}/{path}"
+
+    def _check_writable(self, path: str) -> None:
+        """Unavailable where a local disk would refuse: a parent that is a file, or a directory in the way."""
+        if not path or path.endswith("/"):
+            raise Unavailable(f"cannot write {self._where(path)}: not a file name")
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in self._files:
+                raise Unavailable(f"cannot write {self._where(path)}: {'/'.join(parts[:i])} is a file")
+        if any(p.startswith(path + "/") for p in self._files):
+            raise Unavailable(f"cannot write {self._where(path)}: it is a directory")
+
+    def list(self, directory: str, start_after: str | None = None, stat: bool = True) -> list[FileInfo]:
+        prefix = f"{directory}/" if directory else ""
+        with self._lock:
+            found = [(p, data, mtime) for p, (data, mtime) in self._files.items() if p.startswith(prefix)]
+        out = []
+        for path, data, mtime in found:
+            name = path[len(prefix) :]
+            if "/" in name or name.startswith(".") or (start_after is not None and name <= start_after):
+                continue
+            out.append(FileInfo(path, len(data), mtime) if stat else FileInfo(path, None, None))
+        out.sort()
+        return out
+
+    def read(self, path: str) -> bytes:
+        with self._lock:
+            found = self._files.get(path)
+        if found is None:
+            raise NotFound(f"{self._where(path)} does not exist")
+        return found[0]
+
+    def stat(self, path: str) -> FileInfo:
+        with self._lock:
+            found = self._files.get(path)
+        if found is None:
+            raise NotFound(f"{self._where(path)} does not exist")
+        return FileInfo(path, len(found[0]), found[1])
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        data = bytes(data)  # a caller's later change to a bytearray must not change the file
+        with self._lock:
+            if path in self._files:
+                return False
+            self._check_writable(path)
+            self._files[path] = (data, self.clock.now_ms())
+            return True
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        data = bytes(data)
+        with self._lock:
+            if path not in self._files:
+                self._check_writable(path)
+            self._files[path] = (data, self.clock.now_ms())
+
+    def delete(self, path: str) -> None:
+        with self._lock:
+            self._files.pop(path, None)
