@@ -12,7 +12,6 @@ row's leaf stands in for its block, as a cleared block does in a feed.
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..clock import Clock, SystemClock
 from ..delta import DeltaTable, Snapshot
 from ..delta.actions import Add
 from ..delta.storage import LocalStorage
@@ -62,6 +62,9 @@ class _Job:
     schema: pa.Schema
     options: WriteOptions
     now_ms: int
+    #: the rewritten files' `add.modificationTime`: read once on the driver, whose clock is the
+    #: injected one (a clock need not survive pickling to an executor)
+    written_ms: int
 
 
 def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
@@ -89,19 +92,27 @@ def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[
             col = pa.array(new_leaves, pa.binary())
         cols[name] = col
     out = pa.table(cols).select(list(job.schema.names))
-    adds = write_files(storage, job.schema, (), out, int(time.time() * 1000), lambda: str(uuid.uuid4()), job.options)
+    adds = write_files(storage, job.schema, (), out, job.written_ms, lambda: str(uuid.uuid4()), job.options)
     if len(adds) != 1:
         raise Unsupported("a rewritten file must stay one file")
     return add_json, adds[0].to_json(), n
 
 
 def expire(
-    spark: Any, path: str, *, now_ms: int | None = None, token: str | None = None, owner: str | None = None
+    spark: Any,
+    path: str,
+    *,
+    now_ms: int | None = None,
+    token: str | None = None,
+    owner: str | None = None,
+    clock: Clock | None = None,
 ) -> ExpireResult:
     """Clear the payloads of rows expired at `now_ms` (default: now); one commit, or none if nothing expired.
 
-    `owner`: the commit owner to trust (default: the table's embedded one and $FEEDLOG_OWNER)."""
-    table = DeltaTable.open(path, owner_token=table_token(path, token), owner=trusted(path, owner))
+    `owner`: the commit owner to trust (default: the table's embedded one and $FEEDLOG_OWNER).
+    `clock` (default: the system clock) tells now, the rewritten files' time and the commit's."""
+    clock = clock or SystemClock()
+    table = DeltaTable.open(path, owner_token=table_token(path, token), owner=trusted(path, owner), clock=clock)
     # the transaction starts from the snapshot the files are chosen in: a concurrent compaction that
     # removes one of them makes this commit conflict instead of removing it twice
     tx = table.transaction("TTL COMPACTION")
@@ -110,11 +121,12 @@ def expire(
         raise InvalidArgument(f"{path} is not a feedlog table (feedlog ingest makes those)")
     if snap.partition_columns:
         raise Unsupported("TTL compaction of partitioned tables is not implemented")
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     candidates = [a.to_json() for a in snap.files() if _may_expire(a, now)]
     if not candidates:
         return ExpireResult(None, 0, 0)
-    job = _Job(table.storage.location, snap.schema, WriteOptions.from_properties(snap.metadata.configuration), now)
+    options = WriteOptions.from_properties(snap.metadata.configuration)
+    job = _Job(table.storage.location, snap.schema, options, now, clock.now_ms())
     results = (
         spark.sparkContext.parallelize(candidates, min(len(candidates), 64)).map(lambda a: _rewrite(job, a)).collect()
     )
