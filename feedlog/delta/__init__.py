@@ -1,16 +1,20 @@
 """The Delta Lake transaction log, implemented from the protocol (PROTOCOL.md + the ICT RFC).
 
 Pure protocol logic (`actions`, `replay`, `schema`, `stats`, `checkpoint` encoding)
-is separate from I/O, which goes only through `storage.Storage`; commits go
-through a `committer.Committer` (the filesystem here, a commit owner for
-managed tables). `DeltaTable` is the entry point.
+is separate from I/O, which goes only through `storage.Storage`. The commit
+path runs one way: `DeltaTable` (a façade) reads a `Snapshot` (`log`), opens a
+`Transaction` on it with a `committer.Committer` (put-if-absent for filesystem
+tables; `managed.Router` to the commit owner for managed ones), and the
+transaction plans, commits and rebases by itself. `maintenance` works on a
+storage and a listing. `managed/` holds everything about commit owners.
 """
 
 from .committer import CommitConflict, Committed, Committer, FilesystemCommitter
 from .log import TableNotFound
 from .schema import SchemaMismatch
 from .storage import FileInfo, LocalStorage, Storage
-from .table import DeltaTable, Snapshot
+from .snapshot import Snapshot
+from .table import DeltaTable
 from .timeline import HistoryEntry
 from .transaction import CommitResult, ConcurrentModification, Transaction
 

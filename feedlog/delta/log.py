@@ -1,17 +1,20 @@
 """Reading `_delta_log`: one listing, then the table state at any retained version.
 
 A snapshot is rebuilt from the newest checkpoint at or before the wanted
-version plus the commits after it. These functions see the filesystem only
-(`_delta_log/<v>.json`, the backfilled log); `DeltaTable` adds a managed
-table's ratified, not yet backfilled commits from its owner.
+version plus the commits after it. `list_log` and `commits_after` see the
+filesystem only (`_delta_log/<v>.json`, the backfilled log); `list_table` and
+`catch_up` add a managed table's ratified, not yet backfilled commits, from a
+`Ratified` source the caller chooses (a writer's committer, or a reader's
+trusted owner).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import Corruption, NotFound
+from ..errors import Corruption, NotFound, Unavailable
 from . import checkpoint
 from .actions import Action, Metadata, Protocol, decode_commit
 from .committer import LOG_DIR, commit_path
@@ -24,6 +27,16 @@ _CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.parquet")
 
 class TableNotFound(NotFound):
     """No Delta table at this location."""
+
+
+#: A managed table's ratified, not yet backfilled commits >= a version, as (version, staged file),
+#: ascending; asked with the table's protocol and metadata at the version before (they name the owner).
+Ratified = Callable[[Protocol | None, Metadata | None, int], list[tuple[int, FileInfo]]]
+
+
+def backfilled_only(protocol: Protocol | None, metadata: Metadata | None, start: int) -> list[tuple[int, FileInfo]]:
+    """The `Ratified` source of a filesystem table, or of a reader that does not ask the owner."""
+    return []
 
 
 @dataclass(frozen=True)
@@ -133,3 +146,45 @@ def load_state(storage: Storage, listing: Listing, version: int | None = None) -
             raise Corruption(f"commit {v} is missing from {storage.location}/{LOG_DIR}: the log has a gap")
         state.apply(v, read_commit(storage, listing, v))
     return state
+
+
+def list_table(storage: Storage, ratified: Ratified, stat: bool = False) -> Listing:
+    """The backfilled log plus the ratified commits after it."""
+    for _ in range(10):
+        fs = list_log(storage, stat=stat)
+        protocol, metadata = load_protocol_metadata(storage, fs)
+        pending = ratified(protocol, metadata, fs.latest + 1)
+        if not pending or pending[0][0] == fs.latest + 1:
+            return Listing({**fs.commits, **dict(pending)}, fs.checkpoints)
+        # the owner backfilled and forgot commits between the listing and its answer: list again
+    raise Unavailable(f"the log of {storage.location} kept changing while it was being listed")
+
+
+def catch_up(
+    storage: Storage,
+    state: TableState,
+    ratified: Ratified,
+    check: Callable[[int, list[Action]], None] | None = None,
+) -> TableState | None:
+    """`state` plus the commits after it (backfilled, then ratified); None if that cannot be done
+    incrementally (a gap: cleaned up or backfilled meanwhile, so read afresh). `state` is not
+    modified. `check` sees each newer commit before it is applied (a rebasing transaction's
+    conflict check)."""
+    current = state
+    for step in ("backfilled", "ratified"):
+        if step == "backfilled":
+            newer = commits_after(storage, current.version)
+        else:
+            newer = dict(ratified(current.protocol, current.metadata, current.version + 1))
+        versions = sorted(newer)
+        if versions != list(range(current.version + 1, current.version + 1 + len(versions))):
+            return None
+        if versions:
+            current = current.copy() if current is state else current
+            partial = Listing(newer, {})
+            for v in versions:
+                actions = read_commit(storage, partial, v)
+                if check is not None:
+                    check(v, actions)
+                current.apply(v, actions)
+    return current

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
 
 from ..errors import Corruption, FeedlogError, InvalidArgument, NotFound, Unsupported
 from . import checkpoint
@@ -40,13 +39,10 @@ from .actions import (
 from .committer import LOG_DIR
 from .log import Listing, list_log, load_protocol_metadata, load_state, read_commit
 from .managed.protocol import Binding
-from .managed.staged import COMMITS_DIR, staged_version
+from .managed.staged import clean_staged
 from .replay import check_writable, ict_enablement
 from .storage import Storage
 from .timeline import Timeline, last_at_or_before
-
-if TYPE_CHECKING:
-    from .table import DeltaTable
 
 DAY_MS = 86_400_000
 DEFAULT_LOG_RETENTION_MS = 30 * DAY_MS
@@ -89,10 +85,11 @@ def check_maintainable(protocol: Protocol, what: str) -> None:
         raise Unsupported(f"no {what}: {e}") from None
 
 
-def write_checkpoint(table: DeltaTable, version: int | None = None) -> int:
-    """Write a V1 classic checkpoint of `version` (default latest) and point `_last_checkpoint` at it."""
-    storage = table.storage
-    listing = list_log(storage)  # the backfilled log only: a checkpoint needs `_delta_log/<v>.json`
+def write_checkpoint(storage: Storage, listing: Listing, now_ms: int, version: int | None = None) -> int:
+    """Write a V1 classic checkpoint of `version` (default latest) and point `_last_checkpoint` at it.
+
+    `listing` is the backfilled log (`list_log`): a checkpoint needs `_delta_log/<v>.json`; `now_ms`
+    decides which tombstones have expired."""
     protocol, metadata = load_protocol_metadata(storage, listing)
     check_maintainable(protocol, "checkpoint")
     if version is not None and version > listing.latest and Binding.of(protocol, metadata) is not None:
@@ -111,7 +108,7 @@ def write_checkpoint(table: DeltaTable, version: int | None = None) -> int:
                 f"cannot checkpoint version {state.version}, before the protected version {boundary}: {e}"
             ) from None
     state.expire_tombstones(
-        table.clock.now_ms(),
+        now_ms,
         _retention(state.metadata.configuration, DELETED_FILE_RETENTION, DEFAULT_TOMBSTONE_RETENTION_MS),
     )
     data, size, adds = checkpoint.encode(state)
@@ -127,21 +124,22 @@ def write_checkpoint(table: DeltaTable, version: int | None = None) -> int:
     return state.version
 
 
-def cleanup_log(table: DeltaTable, retain_ms: int | None = None) -> list[str]:
-    """Delete commits and checkpoints older than the retention; returns the deleted paths."""
-    storage = table.storage
-    listing = list_log(storage)  # backfilled commits only, so the newest backfilled one is always kept
+def cleanup_log(storage: Storage, listing: Listing, now_ms: int, retain_ms: int | None = None) -> list[str]:
+    """Delete commits and checkpoints older than the retention at `now_ms`; returns the deleted paths.
+
+    `listing` is the backfilled log (`list_log`), so the newest backfilled commit is always kept. What
+    goes is decided first (`cleanup_plan`, pure), then deleted."""
     protocol, metadata = load_protocol_metadata(storage, listing)
     check_maintainable(protocol, "cleanup")
     if retain_ms is None:
         retain_ms = _retention(metadata.configuration, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
     if retain_ms < 0:
         raise InvalidArgument("retention must not be negative")
-    cutoff_ms = table.clock.now_ms() - retain_ms
+    cutoff_ms = now_ms - retain_ms
     timeline = Timeline(storage, listing, ict_enablement(protocol, metadata), lambda: list_log(storage, stat=True))
     # Commit times are monotonic across the ICT enablement boundary (ICT writer requirement 5),
     # so the cutoff commit is found by the same binary search as time travel.
-    deleted = _clean_staged(table, listing.latest)
+    deleted = clean_staged(storage, listing.latest)
     try:
         cutoff_commit = last_at_or_before(listing.earliest, listing.latest, timeline.commit_time, cutoff_ms)
     except NotFound:
@@ -159,19 +157,27 @@ def cleanup_log(table: DeltaTable, retain_ms: int | None = None) -> list[str]:
         if not _all_supported(storage, listing, protected):
             return deleted
         keep_checkpoints_before = boundary
+    doomed = cleanup_plan((info.path for info in storage.list(LOG_DIR)), protected, keep_checkpoints_before)
+    for path in doomed:
+        storage.delete(path)
+    return deleted + doomed
+
+
+def cleanup_plan(paths: Iterable[str], protected: int, keep_checkpoints_before: int = 0) -> list[str]:
+    """Which log files go, in the order they go: commits and checkpoints of versions before the
+    `protected` checkpoint, except checkpoints before `keep_checkpoints_before` (checkpoint
+    protection (a)); every commit before any checkpoint (d), oldest first. Pure."""
     doomed = []
-    for info in storage.list(LOG_DIR):
-        m = _VERSIONED.fullmatch(info.path.rsplit("/", 1)[-1])
+    for path in paths:
+        m = _VERSIONED.fullmatch(path.rsplit("/", 1)[-1])
         if not m or int(m.group(1)) >= protected:
             continue
         is_commit = m.group(2) == "json"
         if not is_commit and int(m.group(1)) < keep_checkpoints_before:
             continue
-        doomed.append((0 if is_commit else 1, int(m.group(1)), info.path))
-    doomed.sort()  # every commit before any checkpoint (d), oldest first
-    for _, _, path in doomed:
-        storage.delete(path)
-    return deleted + [p for _, _, p in doomed]
+        doomed.append((0 if is_commit else 1, int(m.group(1)), path))
+    doomed.sort()
+    return [p for _, _, p in doomed]
 
 
 def protection_boundary(protocol: Protocol, metadata: Metadata) -> int:
@@ -199,14 +205,3 @@ def _all_supported(storage: Storage, listing: Listing, before: int) -> bool:
     except FeedlogError:
         return False
     return True
-
-
-def _clean_staged(table: DeltaTable, backfilled: int) -> list[str]:
-    """Staged commits of backfilled versions: copies of what was ratified, or losers that never will be."""
-    doomed = []
-    for info in table.storage.list(COMMITS_DIR, stat=False):
-        v = staged_version(info.path.rsplit("/", 1)[-1])
-        if v is not None and v <= backfilled:
-            table.storage.delete(info.path)
-            doomed.append(info.path)
-    return doomed

@@ -10,146 +10,56 @@ from __future__ import annotations
 import os
 import urllib.parse
 import uuid
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from ..clock import Clock, SystemClock
-from ..errors import AlreadyExists, Conflict, Corruption, InvalidArgument, NotFound, Unavailable
-from .actions import (
-    ENABLE_ICT,
-    ICT,
-    MANAGED_COMMITS,
-    OWNER_CONF,
-    OWNER_NAME,
-    Action,
-    Add,
-    Metadata,
-    Protocol,
-    decode_commit,
-    encode_commit,
-)
-from .committer import CommitResponse, Committed, Committer, FilesystemCommitter, commit_path
+from ..errors import AlreadyExists, Conflict, InvalidArgument
+from .actions import ENABLE_ICT, ICT, MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Add, Metadata, Protocol
+from .committer import Committer, FilesystemCommitter
 from .log import (
     Listing,
+    Ratified,
     TableNotFound,
-    commits_after,
+    catch_up,
     list_log,
+    list_table,
     load_protocol_metadata,
     load_state,
-    read_commit,
 )
-from .managed.committer import ManagedCommitter, resolve_owner
-from .managed.protocol import (
-    OWNER_ENV,
-    Auth,
-    Binding,
-    OwnerNotConsulted,
-    OwnerNotTrusted,
-    TableRef,
-    TableStatus,
-    default_token,
-    is_embedded,
-    is_trusted,
-    new_token,
-    trusted_owners,
-)
-from .managed.staged import COMMITS_DIR, staged_version
-from .parquet import read_parquet
+from .maintenance import cleanup_log, write_checkpoint
+from .managed.committer import ManagedCommitter
+from .managed.owners import Owners
+from .managed.protocol import Binding, TableStatus
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
-from .schema import from_schema_string, to_schema_string
-from .storage import FileInfo, LocalStorage, Storage
-from .timeline import HistoryEntry, Timeline, last_at_or_before, missing_ict
-from .transaction import CommitResult, Transaction, protocol_for_new_table
+from .schema import to_schema_string
+from .snapshot import Snapshot
+from .storage import LocalStorage, Storage
+from .timeline import HistoryEntry, Timeline, ict_version_at
+from .transaction import CommitResult, NewTable, Transaction, protocol_for_new_table
 from .writer import WriteOptions, write_files
 
 _FILESYSTEM = FilesystemCommitter()
 
 
-class Snapshot:
-    """The table at one version: read-only, self-contained."""
-
-    def __init__(self, storage: Storage, state: TableState) -> None:
-        assert state.protocol is not None and state.metadata is not None
-        self.storage = storage
-        self.state = state
-        self.protocol: Protocol = state.protocol
-        self.metadata: Metadata = state.metadata
-        self.schema: pa.Schema = from_schema_string(state.metadata.schema_string)
-
-    @property
-    def version(self) -> int:
-        return self.state.version
-
-    @property
-    def partition_columns(self) -> tuple[str, ...]:
-        return self.metadata.partition_columns
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return dict(self.metadata.configuration)
-
-    @property
-    def in_commit_timestamp(self) -> int | None:
-        return self.state.ict
-
-    @property
-    def ict_enabled(self) -> bool:
-        return ict_enabled(self.protocol, self.metadata)
-
-    def files(self) -> list[Add]:
-        return sorted(self.state.files.values(), key=lambda a: a.path)
-
-    def num_records(self) -> int | None:
-        """Total rows from file stats; None if a file has no numRecords."""
-        total = 0
-        for a in self.state.files.values():
-            n = a.num_records()
-            if n is None:
-                return None
-            total += n
-        return total
-
-    def domain_metadata(self) -> dict[str, str]:
-        """Each live metadata domain's configuration (feedlog keeps them; it interprets none)."""
-        return {d: m.configuration for d, m in sorted(self.state.domains.items())}
-
-    def txn_version(self, app_id: str) -> int | None:
-        """The last committed `txn` version of `app_id` (exactly-once bookkeeping), None if never."""
-        t = self.state.txns.get(app_id)
-        return None if t is None else t.version
-
-    def to_arrow(self) -> pa.Table:
-        """All rows of this version, partition columns restored, in schema order."""
-        tables = []
-        for add in self.files():
-            data = self.storage.read(urllib.parse.unquote(add.path))
-            t = read_parquet(data)
-            cols = []
-            for f in self.schema:
-                if f.name in add.partition_values:
-                    raw = add.partition_values[f.name]
-                    text = pa.array([None if raw == "" else raw] * t.num_rows, pa.string())
-                    cols.append(text.cast(f.type))
-                elif f.name in t.column_names:
-                    c = t.column(f.name)
-                    cols.append(c if c.type == f.type else c.cast(f.type))
-                else:
-                    cols.append(pa.nulls(t.num_rows, f.type))
-            tables.append(pa.Table.from_arrays(cols, schema=self.schema))
-        return pa.concat_tables(tables) if tables else self.schema.empty_table()
-
-
 class DeltaTable:
+    """A Delta table at one location: a façade over snapshots, transactions and maintenance.
+
+    Components (storage, committer, clock, id source, the commit owners to trust) are passed in;
+    everything else is read from the log. The only state kept across calls is the newest
+    `TableState` seen, which each read catches up from, so two handles (or processes) on one
+    location are safe.
+    """
+
     def __init__(
         self,
         storage: Storage | str | os.PathLike[str],
         *,
         committer: Committer | None = None,
         owner_token: str | None = None,
-        owner_tls: Any = None,
+        owner_tls: object | None = None,
         owner: Binding | str | Sequence[Binding | str] | None = None,
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
@@ -159,19 +69,23 @@ class DeltaTable:
         #: a committer that decides every commit (tests); by default the table's metadata decides:
         #: put-if-absent for filesystem tables, the commit owner it names for managed ones
         self.fixed_committer = committer
-        #: the managed table's token (default $FEEDLOG_OWNER_TOKEN); creating or converting a table
-        #: without one makes a new one here, which writers then need
-        self.owner_token = owner_token if owner_token is not None else default_token()
-        self.owner_tls = owner_tls
-        #: the commit owners this object may talk to (default $FEEDLOG_OWNER); see managed.py "Trust"
-        self.trusted_owners: list[Binding] = list(trusted_owners(owner))
-        self._warned: set[tuple[Binding, str]] = set()
-        self._managed_committers: dict[tuple[Binding, str], ManagedCommitter] = {}
+        #: the commit owners this handle may talk to (default $FEEDLOG_OWNER) and the table's token
+        #: (default $FEEDLOG_OWNER_TOKEN); see managed/owners.py
+        self.owners = Owners(owner, owner_token, owner_tls)
         self.clock: Clock = clock or SystemClock()
         self.new_id: Callable[[], str] = new_id or (lambda: str(uuid.uuid4()))
         self.max_commit_attempts = max_commit_attempts
         #: the newest state this object has seen; never mutated, only replaced
         self._cache: TableState | None = None
+
+    @property
+    def owner_token(self) -> str | None:
+        """The managed table's token; creating or converting a table without one makes one."""
+        return self.owners.token
+
+    @owner_token.setter
+    def owner_token(self, token: str | None) -> None:
+        self.owners.token = token
 
     # lifecycle
 
@@ -214,9 +128,10 @@ class DeltaTable:
                 raise InvalidArgument("a managed table needs in-commit timestamps")
             binding = Binding.parse(owner) if isinstance(owner, str) else owner
             props.update(binding.properties())
-            table.trusted_owners.append(binding)  # the owner it is created with is the one it trusts
+            table.owners.trust(binding)  # the owner it is created with is the one it trusts
         now = table.clock.now_ms()
-        txn = Transaction(table, TableState(), "CREATE TABLE")
+        committer = table.fixed_committer or table.owners.router(table.storage, None, None)
+        txn = Transaction(NewTable(table.storage), committer, table.clock, table.new_id, "CREATE TABLE", max_attempts=1)
         txn.operation_parameters = {"partitionBy": list(partition_by), "properties": props}
         txn.new_protocol = protocol_for_new_table(props)
         txn.new_metadata = Metadata(
@@ -228,11 +143,11 @@ class DeltaTable:
             name=name,
             description=description,
         )
-        check_writable(txn.new_protocol)
-        actions, _ = txn.plan(TableState(), now)
-        response = table._commit(TableState(), 0, actions)
-        if not isinstance(response, Committed):
-            raise AlreadyExists(f"a Delta table was created concurrently at {table.storage.location}")
+        try:
+            result = txn.commit()
+        except Conflict:
+            raise AlreadyExists(f"a Delta table was created concurrently at {table.storage.location}") from None
+        table._cache = result.state
         return table
 
     @classmethod
@@ -248,8 +163,6 @@ class DeltaTable:
         load_protocol_metadata(table.storage, list_log(table.storage))
         return table
 
-    # reading
-
     # which committer
 
     def committer_for(self, protocol: Protocol | None, metadata: Metadata | None) -> Committer:
@@ -260,162 +173,29 @@ class DeltaTable:
         binding = Binding.of(protocol, metadata)
         if binding is None or metadata is None:
             return _FILESYSTEM
-        return self._managed(binding, metadata.id)
+        return self.owners.committer(binding, metadata.id, self.storage.location)
 
-    def trusts(self, binding: Binding, write: bool) -> bool:
-        """May this object talk to `binding`? Writers also trust the table's own embedded owner."""
-        if is_trusted(binding, self.trusted_owners):
-            return True
-        return write and is_embedded(binding, self.storage.location)
-
-    def _ratified(
-        self, protocol: Protocol | None, metadata: Metadata | None, start: int, write: bool
-    ) -> list[tuple[int, FileInfo]]:
-        """Commits >= start the owner ratified and has not backfilled.
-
-        A reader asks only an owner it trusts and reads without one when it is untrusted or
-        unreachable (a warning says so); a writer needs the owner (OwnerNotTrusted, Unavailable).
-        """
-        if self.fixed_committer is not None:
-            return self.fixed_committer.ratified_commits(self.storage, start)
-        binding = Binding.of(protocol, metadata)
-        if binding is None or metadata is None:
-            return []
-        if not write and not self.trusts(binding, write=False):
-            if self._staged_from(start):
-                self._warn(binding, "untrusted")
-            return []
-        committer = self._managed(binding, metadata.id)
-        if write:
-            return committer.ratified_commits(self.storage, start)
-        try:
-            return committer.ratified_commits(self.storage, start)
-        except Unavailable as e:
-            if self._staged_from(start):
-                self._warn(binding, f"unreachable ({e})")
-            return []
-
-    def _staged_from(self, start: int) -> bool:
-        """Whether a staged commit of version >= start exists. Without one the owner cannot hold a
-        ratified, unbackfilled commit (a writer stages before the owner ratifies), so a reader that
-        skips the owner misses nothing and need not be warned."""
-        names = (f.path.rpartition("/")[2] for f in self.storage.list(COMMITS_DIR, stat=False))
-        return any(v is not None and v >= start for v in map(staged_version, names))
-
-    def _warn(self, binding: Binding, why: str) -> None:
-        key = (binding, why.split(" ", 1)[0])
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        if why == "untrusted":
-            reason = (
-                f"it is not one this process trusts (pass owner=, --owner or ${OWNER_ENV} to ask it); "
-                "nothing a table names is opened without that"
-            )
-        else:
-            reason = f"it is {why}"
-        warnings.warn(
-            f"{self.storage.location}: reading the backfilled log only, without commit owner "
-            f"{binding.describe()}: {reason}; commits it ratified but has not backfilled are not seen",
-            OwnerNotConsulted,
-            stacklevel=4,
-        )
-
-    def _managed(self, binding: Binding, table_id: str) -> ManagedCommitter:
-        if not self.trusts(binding, write=True):
-            raise OwnerNotTrusted(
-                f"{self.storage.location} is managed by commit owner {binding.describe()}, which is not one "
-                f"this process trusts: writing needs it; pass owner={binding.describe()!r} "
-                f"(CLI: --owner, or ${OWNER_ENV}) if it is the table's owner"
-            )
-        key = (binding, table_id)
-        committer = self._managed_committers.get(key)
-        if committer is None:
-            ref = TableRef(table_id, self.storage.location)
-            committer = ManagedCommitter(resolve_owner(binding, self.owner_tls), ref, Auth(self.owner_token))
-            self._managed_committers[key] = committer
-        return committer
-
-    def _commit(self, base: TableState, version: int, actions: Sequence[Action]) -> CommitResponse:
-        """Hand version `version` to whoever decides it; ownership changes go to the owner's
-        register (create, filesystem -> managed) or release (managed -> filesystem)."""
-        data = encode_commit(actions)
-        if self.fixed_committer is not None:
-            return self.fixed_committer.commit(self.storage, version, data, actions)
-        protocol = next((a for a in actions if isinstance(a, Protocol)), base.protocol)
-        metadata = next((a for a in actions if isinstance(a, Metadata)), base.metadata)
-        before = Binding.of(base.protocol, base.metadata)
-        try:
-            after = Binding.of(protocol, metadata)
-        except Corruption as e:
-            raise InvalidArgument(f"this commit would make the table invalid ({e}); use convert_to_managed") from None
-        if before is None and after is None:
-            return _FILESYSTEM.commit(self.storage, version, data, actions)
-        assert metadata is not None
-        if before is None:
-            assert after is not None
-            if self.owner_token is None:
-                self.owner_token = new_token()
-            committer = self._managed(after, metadata.id)
-            committer.auth = Auth(self.owner_token)
-            return committer.register(self.storage, version, data, actions, after.batch_size)
-        assert base.metadata is not None
-        if after is None:
-            return self._managed(before, base.metadata.id).release(self.storage, version, data, actions)
-        if after != before or metadata.id != base.metadata.id:
-            raise InvalidArgument(
-                "a managed table's commit owner is changed in two steps: convert it to a filesystem table, "
-                "then to the new owner"
-            )
-        return self._managed(before, base.metadata.id).commit(self.storage, version, data, actions)
+    def _ratified(self, write: bool) -> Ratified:
+        """Where the commits beyond the backfilled log come from: the fixed committer, or the table's
+        owner (a reader's only if trusted and reachable; see `Owners.ratified`)."""
+        fixed = self.fixed_committer
+        if fixed is not None:
+            return lambda _p, _m, start: fixed.ratified_commits(self.storage, start)
+        return lambda p, m, start: self.owners.ratified(self.storage, p, m, start, write)
 
     # reading
 
     def _listing(self, stat: bool = False, write: bool = False) -> Listing:
-        """The backfilled log plus, for a managed table, the ratified commits its owner still holds
-        (a reader's: only from a trusted, reachable owner; see `_ratified`)."""
-        for _ in range(10):
-            fs = list_log(self.storage, stat=stat)
-            protocol, metadata = load_protocol_metadata(self.storage, fs)
-            ratified = self._ratified(protocol, metadata, fs.latest + 1, write)
-            if not ratified or ratified[0][0] == fs.latest + 1:
-                return Listing({**fs.commits, **dict(ratified)}, fs.checkpoints)
-            # the owner backfilled and forgot commits between the listing and its answer: list again
-        raise Unavailable(f"the log of {self.storage.location} kept changing while it was being listed")
+        """The backfilled log plus, for a managed table, the ratified commits its owner still holds."""
+        return list_table(self.storage, self._ratified(write), stat)
 
     def _latest(self, write: bool = False) -> TableState:
         """The latest state, read incrementally: only the commits after the last state seen here."""
         cached = self._cache
-        state = self._catch_up(cached, write=write) if cached is not None else None
+        state = catch_up(self.storage, cached, self._ratified(write)) if cached is not None else None
         if state is None:
             state = load_state(self.storage, self._listing(write=write))
         self._cache = state
-        return state
-
-    def _catch_up(
-        self, cached: TableState, check: Callable[[int, list[Action]], None] | None = None, write: bool = False
-    ) -> TableState | None:
-        """`cached` plus the commits after it (backfilled, then the owner's); None if that cannot be done.
-
-        `check` sees each newer commit before it is applied (a rebasing transaction's conflict check).
-        """
-        state = cached
-        for step in ("backfilled", "ratified"):
-            if step == "backfilled":
-                newer = commits_after(self.storage, state.version)
-            else:
-                newer = dict(self._ratified(state.protocol, state.metadata, state.version + 1, write))
-            versions = sorted(newer)
-            if versions != list(range(state.version + 1, state.version + 1 + len(versions))):
-                return None  # a gap: cleaned up or backfilled meanwhile; read afresh
-            if versions:
-                state = state.copy() if state is cached else state
-                partial = Listing(newer, {})
-                for v in versions:
-                    actions = read_commit(self.storage, partial, v)
-                    if check is not None:
-                        check(v, actions)
-                    state.apply(v, actions)
         return state
 
     def snapshot(self, version: int | None = None, *, timestamp_ms: int | None = None) -> Snapshot:
@@ -453,35 +233,11 @@ class DeltaTable:
         filesystem = self.fixed_committer is None and Binding.of(state.protocol, state.metadata) is None
         if in_ict_range and (filesystem or isinstance(self.fixed_committer, FilesystemCommitter)):
             assert e is not None
-            found = self._ict_version_at(e.version, state.version, timestamp_ms)
+            found = ict_version_at(self.storage, e.version, state.version, timestamp_ms)
             if found is not None:
                 return found
         # file times, or an answer near the retained log's start: the listing-based timeline
         return self._timeline(self._listing()).version_at(timestamp_ms)
-
-    def _ict_version_at(self, lo: int, hi: int, timestamp_ms: int) -> int | None:
-        """Binary search of ICTs without listing the log: O(log n) commit reads.
-
-        Cleanup removes a prefix of the log, so a missing commit file counts as
-        "earlier than everything retained"; None if the answer is not retained.
-        """
-        missing = -(2**63)
-
-        def ict_of(v: int) -> int:
-            try:
-                actions = decode_commit(self.storage.read(commit_path(v)), v)
-            except NotFound:
-                return missing
-            info = TableState.commit_info_of(actions)
-            if info is None or info.in_commit_timestamp is None:
-                missing_ict(v, lo)
-            return info.in_commit_timestamp
-
-        try:
-            v = last_at_or_before(lo, hi, ict_of, timestamp_ms)
-        except NotFound:
-            return None
-        return None if ict_of(v) == missing else v
 
     def ict_enablement(self) -> IctEnablement | None:
         s = self.snapshot()
@@ -492,10 +248,19 @@ class DeltaTable:
     def transaction(self, operation: str = "WRITE") -> Transaction:
         """A write on the latest state; Unsupported at once, before any data file is written,
         if the table has a feature feedlog cannot honour when writing (TTL compaction, the sink)."""
-        base = self._latest(write=True)
-        assert base.protocol is not None
-        check_writable(base.protocol)
-        return Transaction(self, base, operation)
+        snapshot = Snapshot(self.storage, self._latest(write=True))
+        check_writable(snapshot.protocol)
+        committer = self.fixed_committer or self.owners.router(self.storage, snapshot.protocol, snapshot.metadata)
+        return Transaction(
+            snapshot, committer, self.clock, self.new_id, operation, max_attempts=self.max_commit_attempts
+        )
+
+    def commit(self, tx: Transaction) -> CommitResult:
+        """Commit `tx`, and start this handle's next read from the state it committed."""
+        result = tx.commit()
+        if result.state is not None:
+            self._cache = result.state
+        return result
 
     def write_files(self, data: pa.Table | pa.RecordBatch, snapshot: Snapshot | None = None) -> list[Add]:
         """Write data files for `data` without committing them (what executors do)."""
@@ -532,7 +297,7 @@ class DeltaTable:
             tx.reads_whole_table = True
             tx.remove_files(snapshot.files())
         try:
-            return tx.commit()
+            return self.commit(tx)
         except Conflict:
             # Definitely not committed, so the files are unreferenced: remove them now rather than at
             # vacuum. Any other failure (I/O, interrupt) may have committed them; they stay.
@@ -544,7 +309,7 @@ class DeltaTable:
         tx = self.transaction("SET TBLPROPERTIES")
         tx.operation_parameters = {"properties": {k: v for k, v in updates.items() if v is not None}}
         tx.set_properties(updates)
-        return tx.commit()
+        return self.commit(tx)
 
     def enable_ict(self) -> CommitResult:
         """Turn on in-commit timestamps for an existing table (a no-op commit if already on)."""
@@ -554,7 +319,7 @@ class DeltaTable:
         tx.operation_parameters = {"properties": {ENABLE_ICT: "true"}}
         tx.protocol_features.append(ICT)
         tx.set_properties({ENABLE_ICT: "true"})
-        return tx.commit()
+        return self.commit(tx)
 
     # managed commits
 
@@ -571,7 +336,7 @@ class DeltaTable:
         """
         binding = Binding.parse(owner) if isinstance(owner, str) else owner
         tx = self.transaction("SET TBLPROPERTIES")
-        self.trusted_owners.append(binding)  # the owner it is handed to is the one it trusts
+        self.owners.trust(binding)  # the owner it is handed to is the one it trusts
         current = Binding.of(tx.base.protocol, tx.base.metadata)
         if current is not None:
             raise InvalidArgument(f"the table is already managed by commit owner {current.describe()}")
@@ -582,7 +347,7 @@ class DeltaTable:
         tx.protocol_features.append(MANAGED_COMMITS)
         tx.operation_parameters = {"properties": props}
         tx.set_properties(props)
-        return tx.commit()
+        return self.commit(tx)
 
     def convert_to_filesystem(self) -> CommitResult:
         """Take the table back from its owner: it backfills everything, then the owner-removing commit."""
@@ -592,7 +357,7 @@ class DeltaTable:
         tx.removed_features.append(MANAGED_COMMITS)
         tx.operation_parameters = {"properties": {}, "removed": [OWNER_NAME, OWNER_CONF]}
         tx.set_properties({OWNER_NAME: None, OWNER_CONF: None})
-        return tx.commit()
+        return self.commit(tx)
 
     def backfill(self, version: int | None = None) -> int:
         """Have the owner copy ratified commits (all, or through `version`) to `_delta_log/<v>.json`."""
@@ -612,14 +377,10 @@ class DeltaTable:
     # maintenance (see maintenance.py)
 
     def checkpoint(self, version: int | None = None) -> int:
-        from .maintenance import write_checkpoint
-
-        return write_checkpoint(self, version)
+        return write_checkpoint(self.storage, list_log(self.storage), self.clock.now_ms(), version)
 
     def cleanup(self, retain_ms: int | None = None) -> list[str]:
-        from .maintenance import cleanup_log
-
-        return cleanup_log(self, retain_ms)
+        return cleanup_log(self.storage, list_log(self.storage), self.clock.now_ms(), retain_ms)
 
     def info(self) -> dict[str, Any]:
         s = self.snapshot()
@@ -639,4 +400,4 @@ class DeltaTable:
         }
 
 
-__all__ = ["CommitResult", "DeltaTable", "Snapshot", "TableNotFound"]
+__all__ = ["DeltaTable"]

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..errors import Corruption, NotFound, Unavailable
-from .actions import CommitInfo, to_json
+from .actions import CommitInfo, decode_commit, to_json
+from .committer import commit_path
 from .log import Listing, read_commit
-from .replay import IctEnablement
+from .replay import IctEnablement, TableState
 from .storage import Storage
 
 
@@ -151,3 +152,29 @@ def last_at_or_before(lo: int, hi: int, time_of: Callable[[int], int], target: i
         else:
             hi = mid - 1
     return lo
+
+
+def ict_version_at(storage: Storage, lo: int, hi: int, timestamp_ms: int) -> int | None:
+    """The newest version in lo..hi (all with ICTs) whose ICT is <= `timestamp_ms`, by a binary
+    search of ICTs without listing the log: O(log n) commit reads.
+
+    Cleanup removes a prefix of the log, so a missing commit file counts as "earlier than
+    everything retained"; None if the answer is not retained.
+    """
+    missing = -(2**63)
+
+    def ict_of(v: int) -> int:
+        try:
+            actions = decode_commit(storage.read(commit_path(v)), v)
+        except NotFound:
+            return missing
+        info = TableState.commit_info_of(actions)
+        if info is None or info.in_commit_timestamp is None:
+            missing_ict(v, lo)
+        return info.in_commit_timestamp
+
+    try:
+        v = last_at_or_before(lo, hi, ict_of, timestamp_ms)
+    except NotFound:
+        return None
+    return None if ict_of(v) == missing else v

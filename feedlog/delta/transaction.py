@@ -1,23 +1,39 @@
 """One atomic change to a table, committed optimistically (PROTOCOL.md; delta-kernel-rs `transaction/`).
 
-A transaction records *intents* (files to add or remove, a `txn` marker,
-property changes) against the snapshot it read. `commit` turns them into the
-actions of the next version, with `commitInfo` first and its in-commit
-timestamp, and hands them to the committer. On a lost race it reads the winning
-commits, fails only on a real conflict (protocol or metadata changed, the same
-`txn` appId, files it removes removed again, data appended under an overwrite)
-and otherwise rebases onto the winners, recomputing the version and the ICT.
+    tx = Transaction(snapshot, committer, clock, ids)
+    tx.add_files(adds)
+    result = tx.commit()
+
+A transaction records *intents* (files to add or remove, `txn` markers,
+property changes) against the snapshot it read. `plan` turns them into the
+actions of the next version, `commitInfo` first with its in-commit timestamp;
+it is pure: the time, the previous commit file's time and the commit's id are
+its inputs. `commit` hands the encoded actions to the committer. On a lost race
+it reads the winning commits (from the log, and from the committer for a
+managed table), fails only on a real conflict (`check_winner`: protocol or
+metadata changed, the same strict `txn` appId, files it removes removed again,
+data appended under an overwrite) and otherwise rebases onto the winners,
+recomputing the version and the ICT. That loop is the only retry loop on the
+commit path.
+
+Exactly-once writers (the Spark sink) claim a *range* of an application's
+versions with `set_txn(app, version, since=...)`: a concurrent commit that
+carries the app up to `since` is compatible, one that already carries it to
+`version` makes this transaction a duplicate (skipped, nothing committed), and
+one in between is a Conflict (`claims_landed`).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from typing import Protocol as TypingProtocol
 
 from .. import __version__
+from ..clock import Clock
 from ..errors import Conflict, InvalidArgument
 from .actions import (
     APPEND_ONLY,
@@ -37,15 +53,15 @@ from .actions import (
     Protocol,
     Remove,
     Txn,
+    encode_commit,
 )
-from .committer import CommitConflict, commit_path
-from .log import read_commit
+from .committer import CommitConflict, Committer, commit_path
+from .log import catch_up, list_table, read_commit
 from .replay import TableState, check_writable, ict_enabled, next_ict
-
-if TYPE_CHECKING:
-    from .table import DeltaTable
+from .storage import Storage
 
 ENGINE_INFO = f"feedlog/{__version__}"
+DEFAULT_MAX_ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
@@ -55,26 +71,126 @@ class CommitResult:
     in_commit_timestamp: int | None = None
     attempts: int = 0
     skipped: bool = False
+    #: the table as of the committed version (delta-kernel's post-commit snapshot); None if skipped
+    state: TableState | None = field(default=None, compare=False, repr=False)
 
 
 class ConcurrentModification(Conflict):
     """A concurrent commit changed what this transaction depended on; re-read and redo the work."""
 
 
+class Base(TypingProtocol):
+    """What a transaction starts from: a `Snapshot`, or `NewTable` for a table's first commit."""
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def state(self) -> TableState: ...
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """The base of the commit that creates a table: nothing."""
+
+    storage: Storage
+    state: TableState = field(default_factory=TableState)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A transaction stands for versions `since` (exclusive) to `version` of an application's txn."""
+
+    since: int
+    version: int
+
+
 def _is_true(conf: Mapping[str, str], key: str) -> bool:
     return conf.get(key, "false").lower() == "true"
 
 
+def claims_landed(held: Mapping[str, Txn], claims: Mapping[str, Claim]) -> bool:
+    """Whether the table already holds everything `claims` stand for (the transaction is a duplicate).
+
+    False if it holds none of it; Conflict if it holds part of a claimed range, or the whole of
+    some claims and none of others (those must be written separately)."""
+    landed = []
+    for app, c in claims.items():
+        done = held.get(app)
+        if done is None or done.version <= c.since:
+            continue
+        if done.version >= c.version:
+            landed.append(app)
+            continue
+        raise Conflict(
+            f"the table holds {app} up to version {done.version}, inside this commit's range "
+            f"{c.since}..{c.version}: another writer landed part of it; rerun to write the rest"
+        )
+    if landed and len(landed) < len(claims):
+        raise Conflict(
+            f"the table already holds {', '.join(_short(a) for a in landed)} up to this commit's end, "
+            "but not the others in it; write those separately"
+        )
+    return bool(landed)
+
+
+def _short(app: str, limit: int = 40) -> str:
+    return app if len(app) <= limit else app[:limit] + "..."
+
+
+def check_winner(
+    version: int,
+    actions: Sequence[Action],
+    *,
+    removes: Collection[str] = (),
+    txns: Collection[str] = (),
+    reads_whole_table: bool = False,
+) -> None:
+    """Raise ConcurrentModification if commit `version`, committed concurrently, conflicts with a
+    transaction that removes paths `removes`, sets (strict) txn appIds `txns` and, with
+    `reads_whole_table` (an overwrite), depends on every row. Blind appends never conflict."""
+    for a in actions:
+        if isinstance(a, (Protocol, Metadata)):
+            raise ConcurrentModification(
+                f"version {version}, committed concurrently, changed the table's protocol or metadata"
+            )
+        if isinstance(a, Txn) and a.app_id in txns:
+            raise ConcurrentModification(
+                f"version {version}, committed concurrently, carries txn appId {a.app_id!r} "
+                f"(its version {a.version}); this batch may be a duplicate: re-read the txn version"
+            )
+        if isinstance(a, Remove) and a.path in removes:
+            raise ConcurrentModification(f"version {version} concurrently removed {a.path}, which this removes")
+        if isinstance(a, Add) and a.data_change and reads_whole_table:
+            raise ConcurrentModification(f"version {version} concurrently added data this overwrite did not see")
+
+
 class Transaction:
-    def __init__(self, table: DeltaTable, base: TableState, operation: str) -> None:
-        self.table = table
-        self.base = base
+    def __init__(
+        self,
+        snapshot: Base,
+        committer: Committer,
+        clock: Clock,
+        ids: Callable[[], str],
+        operation: str = "WRITE",
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        self.storage = snapshot.storage
+        #: the state this transaction read; never modified
+        self.base = snapshot.state
+        self.committer = committer
+        self.clock = clock
+        self.ids = ids
         self.operation = operation
+        self.max_attempts = max_attempts
         self.operation_parameters: dict[str, Any] = {}
         self.adds: list[Add] = []
         self.removes: list[Remove] = []
         #: application transaction markers by appId (PROTOCOL.md "Transaction Identifiers")
         self.txns: dict[str, Txn] = {}
+        #: the txns set with `since`: ranges re-validated on every attempt instead of conflicting
+        self.claims: dict[str, Claim] = {}
         #: extra top-level commitInfo fields (provenance)
         self.info_extra: dict[str, Any] = {}
         self.config_updates: dict[str, str | None] = {}
@@ -91,20 +207,26 @@ class Transaction:
         self.adds.extend(adds)
 
     def remove_files(self, adds: Iterable[Add], data_change: bool = True) -> None:
-        now = self.table.clock.now_ms()
+        now = self.clock.now_ms()
         self.removes.extend(a.remove(now, data_change) for a in adds)
 
-    def set_txn(self, app_id: str, version: int) -> None:
+    def set_txn(self, app_id: str, version: int, *, since: int | None = None) -> None:
+        """Record `txn` (appId, version). With `since`, the commit stands for the app's versions after
+        `since` up to `version` (see the module docstring): checked against the table on every attempt."""
         if not app_id:
             raise InvalidArgument("txn appId must not be empty")
-        self.txns[app_id] = Txn(app_id, version, self.table.clock.now_ms())
+        if since is not None:
+            if since >= version:
+                raise InvalidArgument(f"txn {app_id!r}: range {since}..{version} is empty")
+            self.claims[app_id] = Claim(since, version)
+        self.txns[app_id] = Txn(app_id, version, self.clock.now_ms())
 
     def set_properties(self, updates: Mapping[str, str | None]) -> None:
         self.config_updates.update(updates)
 
-    # commit
+    # planning (pure)
 
-    def _protocol(self, base: TableState) -> Protocol:
+    def protocol_after(self, base: TableState) -> Protocol:
         p = self.new_protocol or base.protocol
         assert p is not None
         for feature in self.protocol_features:
@@ -113,15 +235,23 @@ class Transaction:
             p = p.without_writer_feature(feature)
         return p
 
-    def _metadata(self, base: TableState) -> Metadata:
+    def metadata_after(self, base: TableState) -> Metadata:
         m = self.new_metadata or base.metadata
         assert m is not None
         return m.with_configuration(self.config_updates) if self.config_updates else m
 
-    def plan(self, base: TableState, now_ms: int) -> tuple[list[Action], int | None]:
-        """The actions of version base.version + 1 and their ICT. Pure given its inputs."""
+    def enables_ict(self, base: TableState) -> bool:
+        """Whether this commit turns in-commit timestamps on for an existing table."""
+        on = ict_enabled(self.protocol_after(base), self.metadata_after(base))
+        return on and base.version >= 0 and not ict_enabled(base.protocol, base.metadata)
+
+    def plan(
+        self, base: TableState, now_ms: int, txn_id: str, previous_commit_ms: int | None = None
+    ) -> tuple[list[Action], int | None]:
+        """The actions of version base.version + 1 and their ICT, from the time `now_ms`, the commit's
+        id and, when this commit enables ICTs, the time of the previous commit's file. Pure."""
         version = base.version + 1
-        protocol, metadata = self._protocol(base), self._metadata(base)
+        protocol, metadata = self.protocol_after(base), self.metadata_after(base)
         if _is_true(metadata.configuration, APPEND_ONLY_PROP) and any(r.data_change for r in self.removes):
             raise InvalidArgument("the table is append-only (delta.appendOnly=true): data cannot be removed")
         was_on = ict_enabled(base.protocol, base.metadata)
@@ -131,8 +261,7 @@ class Transaction:
             if not was_on and version > 0:
                 # ICT writer requirement 5: the enabling ICT exceeds the previous commit file's time;
                 # requirement 4: record where ICTs start.
-                prev_file_ms = self.table.storage.stat(commit_path(base.version)).modified_ms
-                ict = max(ict, (prev_file_ms or 0) + 1)
+                ict = max(ict, (previous_commit_ms or 0) + 1)
                 metadata = metadata.with_configuration(
                     {ICT_ENABLEMENT_VERSION: str(version), ICT_ENABLEMENT_TIMESTAMP: str(ict)}
                 )
@@ -140,7 +269,7 @@ class Transaction:
         extra.update(
             isBlindAppend=not self.removes and not self.reads_whole_table,
             engineInfo=ENGINE_INFO,
-            txnId=self.table.new_id(),
+            txnId=txn_id,
         )
         extra.update(self.info_extra)
         info = CommitInfo(ict, now_ms, self.operation, self.operation_parameters, extra)
@@ -154,52 +283,65 @@ class Transaction:
         actions.extend(self.adds)
         return actions, ict
 
-    def _check_winner(self, version: int, actions: Sequence[Action]) -> None:
-        mine = {r.path for r in self.removes}
-        for a in actions:
-            if isinstance(a, (Protocol, Metadata)):
-                raise ConcurrentModification(
-                    f"version {version}, committed concurrently, changed the table's protocol or metadata"
-                )
-            if isinstance(a, Txn) and a.app_id in self.txns:
-                raise ConcurrentModification(
-                    f"version {version}, committed concurrently, carries txn appId {a.app_id!r} "
-                    f"(its version {a.version}); this batch may be a duplicate: re-read the txn version"
-                )
-            if isinstance(a, Remove) and a.path in mine:
-                raise ConcurrentModification(f"version {version} concurrently removed {a.path}, which this removes")
-            if isinstance(a, Add) and a.data_change and self.reads_whole_table:
-                raise ConcurrentModification(f"version {version} concurrently added data this overwrite did not see")
+    def check_winner(self, version: int, actions: Sequence[Action]) -> None:
+        check_winner(
+            version,
+            actions,
+            removes={r.path for r in self.removes},
+            txns=self.txns.keys() - self.claims.keys(),
+            reads_whole_table=self.reads_whole_table,
+        )
+
+    # committing
 
     def commit(self) -> CommitResult:
-        table = self.table
+        """Commit, rebasing over concurrent commits that do not conflict (at most `max_attempts` tries).
+
+        Unsupported before anything is written if feedlog may not write the table; ConcurrentModification
+        (a Conflict) on a real conflict; Conflict if the committer refuses for good or the table stays
+        too contended. A result with `skipped` means the claimed txn ranges were already committed."""
         if self.base.protocol is not None:  # the table as it is: upgrading its protocol must not hide a feature
             check_writable(self.base.protocol)
-        check_writable(self._protocol(self.base))
-        base = self.base.copy()
-        for attempt in range(1, table.max_commit_attempts + 1):
-            actions, ict = self.plan(base, table.clock.now_ms())
+        check_writable(self.protocol_after(self.base))
+        base = self.base
+        for attempt in range(1, self.max_attempts + 1):
+            if self.claims and claims_landed(base.txns, self.claims):
+                return CommitResult(None, attempts=attempt, skipped=True)
+            previous_ms = None
+            if self.enables_ict(base):
+                previous_ms = self.storage.stat(commit_path(base.version)).modified_ms
+            actions, ict = self.plan(base, self.clock.now_ms(), self.ids(), previous_ms)
             version = base.version + 1
-            response = table._commit(base, version, actions)
+            response = self.committer.commit(self.storage, version, encode_commit(actions), actions)
             if not isinstance(response, CommitConflict):
-                base.apply(version, actions)
-                table._cache = base  # the next transaction starts from here without re-reading the log
-                return CommitResult(response.version, ict, attempt)
+                after = base.copy()
+                after.apply(response.version, actions)
+                return CommitResult(response.version, ict, attempt, state=after)
             if not response.retryable:
                 raise Conflict(f"commit of version {version} refused: {response.reason}")
-            caught_up = table._catch_up(base, self._check_winner, write=True)  # reads only the winners
-            if caught_up is not None:
-                base = caught_up
-            else:  # the log changed under us in a way only a full listing untangles
-                listing = table._listing(write=True)
-                for v in range(version, listing.latest + 1):
-                    winner = read_commit(table.storage, listing, v)
-                    self._check_winner(v, winner)
-                    base.apply(v, winner)
+            base = self._rebase(base, version)  # raises on a real conflict, even after the last attempt
             # Retry at once, with at most a millisecond of jitter: a loser that backs off longer comes
             # back staler and loses again, starving behind writers with fresher state.
             time.sleep(random.uniform(0, 0.001))
-        raise Conflict(f"gave up after {table.max_commit_attempts} attempts: the table is too contended")
+        raise Conflict(f"gave up after {self.max_attempts} attempts: the table is too contended")
+
+    def _rebase(self, base: TableState, lost: int) -> TableState:
+        """`base` plus the commits that won, each checked for a conflict with this transaction."""
+
+        def ratified(_p: Protocol | None, _m: Metadata | None, start: int) -> list[Any]:
+            return self.committer.ratified_commits(self.storage, start)
+
+        caught_up = catch_up(self.storage, base, ratified, self.check_winner)  # reads only the winners
+        if caught_up is not None:
+            return caught_up
+        # the log changed under us in a way only a full listing untangles
+        listing = list_table(self.storage, ratified)
+        rebased = base.copy()
+        for v in range(lost, listing.latest + 1):
+            winner = read_commit(self.storage, listing, v)
+            self.check_winner(v, winner)
+            rebased.apply(v, winner)
+        return rebased
 
 
 def protocol_for_new_table(properties: Mapping[str, str]) -> Protocol:

@@ -10,7 +10,7 @@ import pytest
 from feedlog.clock import ManualClock
 from feedlog.delta import DeltaTable
 from feedlog.delta.actions import Protocol, encode_commit
-from feedlog.delta.committer import commit_path
+from feedlog.delta.committer import FilesystemCommitter, commit_path
 from feedlog.delta.transaction import Transaction
 from feedlog.errors import Unsupported
 
@@ -60,8 +60,9 @@ def test_cleanup_through_the_boundary_goes_in_one_go(new_table: Callable[..., De
 def raw_commit(t: DeltaTable, clock: ManualClock, protocol: Protocol) -> int:
     """A protocol change written as another engine would (feedlog itself refuses unknown features)."""
     clock.advance(DAY)
-    tx = Transaction(t, t.snapshot().state, "WRITE")  # not t.transaction(): that refuses such a table
-    info = tx.plan(tx.base, clock.now_ms())[0][0]
+    # not t.transaction(): that refuses such a table
+    tx = Transaction(t.snapshot(), FilesystemCommitter(), clock, t.new_id)
+    info = tx.plan(tx.base, clock.now_ms(), t.new_id())[0][0]
     version = tx.base.version + 1
     assert t.storage.put_if_absent(commit_path(version), encode_commit([info, protocol]))
     return version

@@ -79,7 +79,7 @@ class LostAnswers:
 def test_a_commit_whose_answer_was_lost_is_recognised_as_ours(owner: Owner) -> None:
     t = owner.create(batch_size=100)  # nothing is backfilled: only the owner knows what won
     t.append(batch([0]))
-    (committer,) = t._managed_committers.values()
+    committer = t.committer_for(t.snapshot().protocol, t.snapshot().metadata)
     committer.owner = LostAnswers(committer.owner, 1)
     r = t.append(batch([1]))  # the retry is told version 2 is taken: by our own staged file
     assert r.version == 2 and r.attempts == 1
@@ -258,7 +258,7 @@ def test_conversion_lost_to_a_filesystem_writer_is_forgotten(owner: Owner) -> No
     props = owner.binding().properties()
     tx.protocol_features.append("managedCommits")
     tx.set_properties(props)
-    actions, ict = tx.plan(tx.base, t.clock.now_ms())
+    actions, ict = tx.plan(tx.base, t.clock.now_ms(), t.new_id())
     name = staged_name(1)
     t.storage.put_if_absent(f"{COMMITS_DIR}/{name}", encode_commit(actions))
     DeltaTable.open(path).append(batch([7]))  # a filesystem writer takes version 1 first
@@ -315,7 +315,7 @@ def test_owner_state_survives_a_restart(tmp_path: Path) -> None:
 
 
 def test_a_client_certificate_stands_in_for_the_token(tmp_path: Path) -> None:
-    from feedlog.replication.client import Tls
+    from feedlog.rpc import Tls
     from feedlog_server.app import ServerTls
     from feedlog_server.owner import OwnerServer
     from tests.replication.certs import make_pki

@@ -39,7 +39,7 @@ from .protocol import (
     trusted_owners,
 )
 from .sqlite import LocalOwner
-from .staged import COMMITS_DIR, staged_actions, staged_name, staged_version
+from .staged import COMMITS_DIR, clean_staged, staged_actions, staged_data_paths, staged_name, staged_version
 
 __all__ = [
     "COMMITS_DIR",
@@ -59,10 +59,12 @@ __all__ = [
     "RatifiedCommit",
     "TableRef",
     "TableStatus",
+    "clean_staged",
     "default_token",
     "new_token",
     "resolve_owner",
     "staged_actions",
+    "staged_data_paths",
     "staged_name",
     "staged_version",
     "trusted_owners",

@@ -1,4 +1,5 @@
-"""The client side of a managed table: `ManagedCommitter` stages a commit and asks the owner.
+"""The client side of a managed table: `ManagedCommitter` stages a commit and asks the owner;
+`Router` sends each commit of a table to the right call.
 
 `resolve_owner` turns the owner a table names into a client: the in-process
 SQLite engine (`sqlite.py`) or the gRPC service (`client.py`).
@@ -11,15 +12,17 @@ from collections.abc import Callable, Sequence
 
 from ... import failpoints
 from ...errors import AlreadyExists, Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported
-from ..actions import OWNER_CONF, Action, CommitInfo
-from ..committer import CommitConflict, CommitResponse, Committed, commit_path
+from ..actions import OWNER_CONF, Action, CommitInfo, Metadata, Protocol
+from ..committer import CommitConflict, CommitResponse, Committed, FilesystemCommitter, commit_path
 from ..storage import FileInfo, Storage
 from .client import GrpcOwner
 from .protocol import FEEDLOG_OWNER, Auth, Binding, CommitOwner, TableRef
+from .rules import Route, route
 from .sqlite import LocalOwner
 from .staged import COMMITS_DIR, staged_name
 
 _LOCAL_OWNERS: dict[str, CommitOwner] = {}
+_FILESYSTEM = FilesystemCommitter()
 
 
 def resolve_owner(binding: Binding, tls: object | None = None) -> CommitOwner:
@@ -141,3 +144,50 @@ class ManagedCommitter:
 
     def backfill(self, version: int | None = None) -> int:
         return self.owner.backfill(self.table, -1 if version is None else version, self.auth)
+
+
+class Router:
+    """The `Committer` of a table whose ownership may change in a commit (managed or not).
+
+    Each commit goes where `rules.route` sends it from the table's owner before (the snapshot the
+    transaction read) and after (what the commit's protocol and metadata say): put-if-absent for
+    a filesystem table, the owner's `register` when it installs an owner, `release` when it removes
+    one, `commit` otherwise. `committer_for(binding, table_id, registering)` supplies the owner's
+    committer (and refuses owners this process does not trust).
+    """
+
+    def __init__(
+        self,
+        protocol: Protocol | None,
+        metadata: Metadata | None,
+        committer_for: Callable[[Binding, str, bool], ManagedCommitter],
+    ) -> None:
+        self.protocol, self.metadata = protocol, metadata
+        self.before = Binding.of(protocol, metadata)
+        self.committer_for = committer_for
+
+    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+        protocol = next((a for a in actions if isinstance(a, Protocol)), self.protocol)
+        metadata = next((a for a in actions if isinstance(a, Metadata)), self.metadata)
+        try:
+            after = Binding.of(protocol, metadata)
+        except Corruption as e:
+            raise InvalidArgument(f"this commit would make the table invalid ({e}); use convert_to_managed") from None
+        same = self.metadata is None or (metadata is not None and metadata.id == self.metadata.id)
+        how = route(self.before, after, same)
+        if how is Route.FILESYSTEM:
+            return _FILESYSTEM.commit(storage, version, data, actions)
+        if how is Route.REGISTER:
+            assert after is not None and metadata is not None
+            committer = self.committer_for(after, metadata.id, True)
+            return committer.register(storage, version, data, actions, after.batch_size)
+        assert self.before is not None and self.metadata is not None
+        committer = self.committer_for(self.before, self.metadata.id, False)
+        if how is Route.RELEASE:
+            return committer.release(storage, version, data, actions)
+        return committer.commit(storage, version, data, actions)
+
+    def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
+        if self.before is None or self.metadata is None:
+            return []
+        return self.committer_for(self.before, self.metadata.id, False).ratified_commits(storage, start_version)
