@@ -1,8 +1,5 @@
 """feedlog: signed, timestamped, append-only feeds and the Delta Lake tables they land in."""
 
-from importlib.metadata import PackageNotFoundError, version
+from .version import __version__
 
-try:
-    __version__ = version("feedlog")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+source"
+__all__ = ["__version__"]

@@ -46,6 +46,7 @@ LAYERS: tuple[Mapping[str, tuple[str, ...]], ...] = (
             "feedlog.failpoints",
             "feedlog.pb",
             "feedlog.rpc",
+            "feedlog.version",
         )
     },
     {"log": ("feedlog.log",)},

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from typing import Protocol as TypingProtocol
 
-from .. import __version__
 from ..clock import Clock
 from ..errors import Conflict, InvalidArgument
+from ..version import __version__
 from .actions import (
     APPEND_ONLY,
     APPEND_ONLY_PROP,
