@@ -22,8 +22,9 @@ from .errors import NotFound, Unavailable
 from .lake.audit import audit_table
 from .log.feed import Feed, Write
 from .log.merkle import verify_proof
-from .replication.client import Address, FeedClient
+from .replication.client import FeedClient
 from .replication.sync import push
+from .rpc import Address
 
 
 def step(text: str) -> None:

@@ -2,8 +2,9 @@
 
 A few coarse kinds, each telling the caller what to do about it (SlateDB's
 style): fix the input, look elsewhere, stop trusting the data, re-read and
-retry, or just retry later. `feedlog.cli` maps them to exit codes (and the gRPC
-layer to status codes) in one place each.
+retry, or just retry later. `EXIT_CODES` below maps them to the exit codes of the
+`feedlog` command (and of `python -m feedlog_server`), `feedlog.rpc` to gRPC
+status codes: one place each.
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ class Conflict(FeedlogError):
     """Someone else changed the state first (a lost race, a stale length)."""
 
 
+class StaleLength(Conflict):
+    """An append expected a length the feed no longer has: someone appended first. Re-read from
+    `current_length` and sign again (appending anyway would fork the feed)."""
+
+    def __init__(self, message: str, current_length: int) -> None:
+        super().__init__(message)
+        self.current_length = current_length
+
+    def __reduce__(self) -> tuple[type[StaleLength], tuple[str, int]]:
+        return type(self), (str(self), self.current_length)
+
+
 class ReadOnly(FeedlogError):
     """Writing needs the feed's secret key, which this copy does not hold."""
 
@@ -76,6 +89,30 @@ class ResourceExhausted(Unavailable):
     def __init__(self, message: str, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[type[ResourceExhausted], tuple[str, float]]:
+        return type(self), (str(self), self.retry_after)
+
+
+#: the exit code of each kind (most specific first); 1 for anything else
+EXIT_CODES: tuple[tuple[type[FeedlogError], int], ...] = (
+    (InvalidArgument, 2),
+    (NotFound, 3),
+    (AlreadyExists, 4),
+    (Corruption, 5),  # SignatureError and Fork too
+    (Conflict, 6),
+    (ReadOnly, 7),
+    (PermissionDenied, 7),
+    (Unavailable, 8),
+    (Unsupported, 9),
+)
+
+
+def exit_code(err: FeedlogError) -> int:
+    for kind, code in EXIT_CODES:
+        if isinstance(err, kind):
+            return code
+    return 1
 
 
 def shorten(value: object, limit: int = 200) -> str:

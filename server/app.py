@@ -26,7 +26,7 @@ import grpc
 
 from feedlog.errors import InvalidArgument, Unavailable
 from feedlog.pb import feeds_pb2
-from feedlog.replication.client import Address, Tls
+from feedlog.rpc import Address, Tls
 
 from .auth import DEFAULT_CREATE_RATE, DEFAULT_WRITE_RATE, Guard, Rate, generated_token, token_hashes
 from .events import event

@@ -15,8 +15,9 @@ import threading
 
 from feedlog.errors import Corruption, FeedlogError
 from feedlog.replication import wire
-from feedlog.replication.client import Address, FeedClient, Subscription, Tls
+from feedlog.replication.client import FeedClient, Subscription
 from feedlog.replication.sync import check_remote, store_responses
+from feedlog.rpc import Address, Tls
 
 from .events import event
 from .host import FeedHost

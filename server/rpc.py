@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable, shorten
-from feedlog.replication import wire
+from feedlog.rpc import error_metadata, status_of
 
 from .events import event
 
@@ -31,12 +31,10 @@ UNARY_HEADROOM = 8
 
 
 def abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
-    md = (*(getattr(err, "metadata", None) or ()), *wire.error_metadata(err))
-    if md:
-        context.set_trailing_metadata(md)
+    context.set_trailing_metadata(error_metadata(err))
     # a backstop for every service: a message is status detail in the trailers, whose size limit
     # would turn an echo of a huge input into an opaque RESOURCE_EXHAUSTED (issue 13 item 15)
-    context.abort(wire.status_of(err), shorten(err, MAX_STATUS_MESSAGE))
+    context.abort(status_of(err), shorten(err, MAX_STATUS_MESSAGE))
 
 
 def unary(fn: F) -> F:

@@ -22,7 +22,16 @@ from typing import Any, TypeVar
 
 import grpc
 
-from feedlog.errors import Conflict, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported, shorten
+from feedlog.errors import (
+    Conflict,
+    FeedlogError,
+    InvalidArgument,
+    NotFound,
+    StaleLength,
+    Unavailable,
+    Unsupported,
+    shorten,
+)
 from feedlog.log import merkle
 from feedlog.log.feed import Write
 from feedlog.log.timestamps import TimestampPolicy
@@ -181,8 +190,9 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         try:
             state = hf.feed.append_with_signature(request.expected_length, blocks, request.signature, fork=request.fork)
         except Conflict as e:
-            if hf.feed.length != request.expected_length:
-                e.metadata = ((wire.LENGTH_METADATA, str(hf.feed.length)),)  # type: ignore[attr-defined]
+            length = hf.feed.length
+            if length != request.expected_length:  # a stale writer: tell it where the feed is now
+                raise StaleLength(str(e), current_length=length) from None
             raise
         hf.notify()
         return pb.AppendResponse(state=wire.state_pb(state))

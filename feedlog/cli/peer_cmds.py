@@ -42,7 +42,7 @@ def token_of(ns: argparse.Namespace) -> str | None:
 
 
 def tls_of(ns: argparse.Namespace) -> Any:
-    from ..replication.client import Tls
+    from ..rpc import Tls
 
     ca = getattr(ns, "tls_ca", None)
     if ca is None:
@@ -53,7 +53,8 @@ def tls_of(ns: argparse.Namespace) -> Any:
 
 
 def client_for(ns: argparse.Namespace, url: str, need_feed: bool = True, write: bool = False) -> tuple[Any, Any]:
-    from ..replication.client import Address, FeedClient
+    from ..replication.client import FeedClient
+    from ..rpc import Address
 
     address = Address.parse(url, need_feed=need_feed)
     tls, token = tls_of(ns), token_of(ns) if write else None
@@ -112,7 +113,7 @@ def cmd_serve(ns: argparse.Namespace) -> None:
     from feedlog_server.events import configure
     from feedlog_server.rpc import require_tls_off_loopback, serve_forever
 
-    from ..replication.client import Address
+    from ..rpc import Address
 
     if (ns.tls_cert is None) != (ns.tls_key is None):
         raise InvalidArgument("--tls-cert and --tls-key go together")
@@ -150,8 +151,8 @@ def cmd_serve(ns: argparse.Namespace) -> None:
 
 
 def cmd_push(ns: argparse.Namespace) -> None:
-    from ..replication.client import Address
     from ..replication.sync import push
+    from ..rpc import Address
 
     address = Address.parse(ns.url)
     tls, token = tls_of(ns), token_of(ns)
@@ -161,8 +162,8 @@ def cmd_push(ns: argparse.Namespace) -> None:
 
 
 def cmd_clone(ns: argparse.Namespace) -> None:
-    from ..replication.client import Address
     from ..replication.sync import clone
+    from ..rpc import Address
 
     done = clone(Address.parse(ns.url, need_feed=True), ns.path, tls=tls_of(ns))
     emit(ns, {"fetched": done.blocks, "length": done.length}, f"cloned {done.length} blocks into {ns.path}")

@@ -21,8 +21,9 @@ from ..errors import Corruption, InvalidArgument, NotFound
 from ..log import merkle
 from ..log.core import KEY_FILE, Core
 from ..log.entries import decode_header
-from ..replication.client import SCHEME, Address, FeedClient
+from ..replication.client import FeedClient
 from ..replication.verify import SegmentVerifier, Verified
+from ..rpc import SCHEME, Address
 
 #: bytes per read message / local segment run
 READ_BYTES = 4 << 20

@@ -7,7 +7,7 @@
     with client.producer(key) as p:               # Kafka-style: put() returns a future
         futures = [p.put(Write("/k", b"v")) for _ in range(10_000)]
 
-Every failed call raises a `FeedlogError` naming the peer (see `wire.ERROR_OF`).
+Every failed call raises a `FeedlogError` naming the peer (`feedlog.rpc.error_of`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -28,6 +26,7 @@ from ..log.feed import Appended, Write
 from ..log.merkle import Proof, TreeState
 from ..pb import feeds_pb2 as pb
 from ..pb import feeds_pb2_grpc as pb_grpc
+from ..rpc import Tls, auth_metadata, error_of, open_channel
 from . import wire
 from .verify import DEFAULT_BUDGET, SegmentVerifier, Verified, max_message_bytes, max_unsigned_bytes
 
@@ -35,96 +34,7 @@ DEFAULT_TIMEOUT = 30.0
 #: how long a bounded Read may go without a message before the reader gives up on the peer (a peer
 #: makes a reader wait only while its in-flight budget is spent, for 30 s at most: flow.InFlight)
 READ_IDLE_SECONDS = 60.0
-MAX_MESSAGE_BYTES = 64 << 20
-SCHEME = "grpc://"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Address:
-    """`grpc://HOST:PORT[/KEY]`: a peer, and optionally a feed on it (key hex, or a name the peer knows)."""
-
-    target: str
-    feed: str | None = None
-
-    @classmethod
-    def parse(cls, url: str, *, need_feed: bool = False) -> Address:
-        if not url.startswith(SCHEME):
-            raise InvalidArgument(f"{url!r}: expected grpc://HOST:PORT{'/KEY' if need_feed else ''}")
-        rest = url[len(SCHEME) :]
-        target, _, feed = rest.partition("/")
-        host, _, port = target.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidArgument(f"{url!r}: expected grpc://HOST:PORT with a port number")
-        if need_feed and not feed:
-            raise InvalidArgument(f"{url!r}: name a feed: grpc://HOST:PORT/KEY")
-        return cls(target, feed or None)
-
-    @property
-    def key(self) -> bytes:
-        """The feed key named by the address (64 hex digits)."""
-        try:
-            key = bytes.fromhex(self.feed or "")
-        except ValueError:
-            key = b""
-        if len(key) != 32:
-            raise InvalidArgument(f"{self.feed!r} is not a feed key (64 hex digits)")
-        return key
-
-    def __str__(self) -> str:
-        return f"{SCHEME}{self.target}" + (f"/{self.feed}" if self.feed else "")
-
-
-@dataclass(frozen=True, slots=True)
-class Tls:
-    """TLS for a client: the CA that signed the peer's certificate, and our own cert for mutual TLS."""
-
-    ca: bytes
-    cert: bytes | None = None
-    key: bytes | None = None
-
-    @classmethod
-    def from_files(cls, ca: str, cert: str | None = None, key: str | None = None) -> Tls:
-        if (cert is None) != (key is None):
-            raise InvalidArgument("a client certificate needs its key, and a key its certificate")
-        try:
-            return cls(
-                Path(ca).read_bytes(),
-                Path(cert).read_bytes() if cert else None,
-                Path(key).read_bytes() if key else None,
-            )
-        except OSError as e:
-            raise InvalidArgument(f"cannot read TLS file: {e}") from None
-
-
-def channel_options(
-    max_message_bytes: int = MAX_MESSAGE_BYTES, max_receive: int | None = None
-) -> list[tuple[str, Any]]:
-    """`max_receive` (default `max_message_bytes`): a reader's is its budget plus one block."""
-    return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_receive or max_message_bytes),
-        ("grpc.keepalive_time_ms", 30_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-    ]
-
-
-def open_channel(target: str, tls: Tls | None = None, *, max_receive: int | None = None) -> grpc.Channel:
-    options = channel_options(max_receive=max_receive)
-    if tls is None:
-        return grpc.insecure_channel(target, options=options)
-    creds = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
-    return grpc.secure_channel(target, creds, options=options)
-
-
-def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
-    """Call metadata carrying a peer write token (server/auth.py), None without one."""
-    if token is None:
-        return None
-    token = token.strip()
-    if not token or not token.isascii() or not token.isprintable() or " " in token:
-        raise InvalidArgument("a write token is printable ASCII without spaces")
-    return (("authorization", f"Bearer {token}"),)
 
 
 class FeedClient:
@@ -165,7 +75,7 @@ class FeedClient:
         try:
             return fn(request, timeout=timeout or self.timeout, metadata=self.auth if write else None)
         except grpc.RpcError as e:
-            raise wire.error_of(e, self.target) from None
+            raise error_of(e, self.target) from None
 
     def _stream(self, it: Iterator[T], idle: float | None = None) -> Iterator[T]:
         """Messages of a response stream, errors as FeedlogErrors; with `idle`, a peer that sends
@@ -195,7 +105,7 @@ class FeedClient:
                     f"{self.target}: sent a message larger than the {self.budget}-byte budget asked for "
                     f"plus one block ({detail})"
                 ) from None
-            raise wire.error_of(e, self.target) from None
+            raise error_of(e, self.target) from None
         finally:
             if watch is not None:
                 watch.stop()
@@ -373,7 +283,7 @@ class Producer:
                 for fut, a in zip(futs, resp.appended, strict=True):
                     fut.set_result(appended_of(a))
         except grpc.RpcError as e:
-            self._fail(wire.error_of(e, self._client.target))
+            self._fail(error_of(e, self._client.target))
             return
         except ValueError:  # zip(strict=True): an ack for a different number of entries
             self._fail(Corruption(f"{self._client.target}: acknowledged a different number of entries"))

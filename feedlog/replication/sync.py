@@ -22,8 +22,9 @@ from ..log.feed import Feed
 from ..log.merkle import Node, TreeState
 from ..log.storage import atomic_write
 from ..pb import feeds_pb2 as pb
+from ..rpc import Address, Tls
 from . import wire
-from .client import Address, FeedClient, Tls
+from .client import FeedClient
 from .verify import DEFAULT_BUDGET, SegmentVerifier, Unsigned, max_unsigned_bytes
 
 REMOTE_FILE = "remote.json"

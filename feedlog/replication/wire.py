@@ -1,7 +1,6 @@
 """Translation between the library's types and the `feedlog.feeds` protobuf messages.
 
-Also the one place where library errors become gRPC status codes and back,
-so the server, the client and the CLI agree on what a status means.
+(Status codes, shared with the commit owner's service, are `feedlog.rpc`'s.)
 """
 
 from __future__ import annotations
@@ -9,97 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import grpc
-
 from .. import errors
 from ..log.core import Segment
 from ..log.crypto import HASH_SIZE, SIGNATURE_SIZE
 from ..log.merkle import Node, Proof, TreeState
 from ..pb import feeds_pb2 as pb
-
-#: library error -> status code (most specific first)
-STATUS_OF: tuple[tuple[type[errors.FeedlogError], grpc.StatusCode], ...] = (
-    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
-    # a signature that does not verify: the writer is not the key holder
-    (errors.SignatureError, grpc.StatusCode.UNAUTHENTICATED),
-    (errors.Corruption, grpc.StatusCode.DATA_LOSS),
-    (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.ReadOnly, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
-    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
-    (errors.Unsupported, grpc.StatusCode.UNIMPLEMENTED),
-)
-
-#: status code -> library error, for the client side
-ERROR_OF: dict[grpc.StatusCode, type[errors.FeedlogError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
-    grpc.StatusCode.OUT_OF_RANGE: errors.InvalidArgument,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: errors.NotFound,
-    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
-    grpc.StatusCode.UNAUTHENTICATED: errors.SignatureError,
-    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
-    grpc.StatusCode.DATA_LOSS: errors.Corruption,
-    grpc.StatusCode.FAILED_PRECONDITION: errors.Conflict,
-    grpc.StatusCode.ABORTED: errors.Conflict,
-    grpc.StatusCode.UNIMPLEMENTED: errors.Unsupported,
-}
-
-#: trailing metadata key carrying the feed's current length on a stale append
-LENGTH_METADATA = "feedlog-length"
-#: trailing metadata telling a missing credential (UNAUTHENTICATED) from a bad signature (also UNAUTHENTICATED)
-AUTH_METADATA = ("feedlog-auth", "credentials")
-#: trailing metadata on RESOURCE_EXHAUSTED from a rate limit: when to retry
-RETRY_AFTER_METADATA = "retry-after-ms"
-
-
-def status_of(err: errors.FeedlogError) -> grpc.StatusCode:
-    for kind, code in STATUS_OF:
-        if isinstance(err, kind):
-            return code
-    return grpc.StatusCode.INTERNAL
-
-
-def error_of(err: grpc.RpcError, peer: str) -> errors.FeedlogError:
-    """A typed library error for a failed call, naming the peer."""
-    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-    detail = (err.details() if hasattr(err, "details") else None) or str(code)
-    kind = ERROR_OF.get(code, errors.Unavailable)
-    md = dict(_trailers(err))
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and RETRY_AFTER_METADATA in md:
-        try:
-            after = int(md[RETRY_AFTER_METADATA]) / 1000
-        except ValueError:
-            after = 1.0
-        return errors.ResourceExhausted(f"{peer}: {detail}", retry_after=after)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message" not in detail.lower():
-        kind = errors.Unavailable  # too many streams: retry later
-    if code == grpc.StatusCode.UNAUTHENTICATED and md.get(AUTH_METADATA[0]) == AUTH_METADATA[1]:
-        kind = errors.Unauthenticated
-    return kind(f"{peer}: {detail}")
-
-
-def _trailers(err: grpc.RpcError) -> list[tuple[str, Any]]:
-    try:
-        return list(err.trailing_metadata() or ())
-    except Exception:  # not a call (e.g. a channel error): no trailers
-        return []
-
-
-def error_metadata(err: errors.FeedlogError) -> tuple[tuple[str, str], ...]:
-    """Trailing metadata that lets `error_of` rebuild the precise error on the client."""
-    if isinstance(err, errors.Unauthenticated):
-        return (AUTH_METADATA,)
-    if isinstance(err, errors.ResourceExhausted):
-        return ((RETRY_AFTER_METADATA, str(max(1, round(err.retry_after * 1000)))),)
-    return ()
-
-
-# ---- values -----------------------------------------------------------------------------
 
 
 def check_key(raw: bytes, what: str = "feed key") -> bytes:

@@ -21,8 +21,9 @@ from feedlog.lake.rows import SCHEMA
 from feedlog.lake.sink import app_id
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2
-from feedlog.replication.client import Address, FeedClient
+from feedlog.replication.client import FeedClient
 from feedlog.replication.sync import push
+from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 from feedlog_server.host import FeedHost
 from feedlog_server.owner import OwnerServer

@@ -22,8 +22,9 @@ from feedlog.cli.peer_cmds import warn_if_clear
 from feedlog.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
-from feedlog.replication.client import Address, FeedClient, Tls
+from feedlog.replication.client import FeedClient
 from feedlog.replication.sync import push
+from feedlog.rpc import Address, Tls
 from feedlog_server.app import PeerServer, ServerTls
 from feedlog_server.auth import Rate, RateLimiter
 from feedlog_server.rpc import is_loopback, require_tls_off_loopback

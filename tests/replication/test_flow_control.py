@@ -24,8 +24,9 @@ from feedlog.log.crypto import KeyPair
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
-from feedlog.replication.client import Address, FeedClient, channel_options
+from feedlog.replication.client import FeedClient
 from feedlog.replication.sync import clone
+from feedlog.rpc import Address, channel_options
 from feedlog_server.app import PeerServer
 from feedlog_server.group_commit import GroupCommitter
 from feedlog_server.service import MESSAGE_HEADROOM

@@ -29,9 +29,10 @@ from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
 from feedlog.replication import wire
-from feedlog.replication.client import Address, FeedClient
+from feedlog.replication.client import FeedClient
 from feedlog.replication.sync import REMOTE_FILE, clone, pull, push
 from feedlog.replication.verify import DEFAULT_BUDGET, max_message_bytes
+from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 
 from .conftest import KP, local_feed
@@ -138,7 +139,7 @@ import grpc
 from feedlog.cli import main
 import feedlog.replication.sync, feedlog_server.app
 from feedlog.cli import build_parser; build_parser()  # the command's own imports are not the flood's cost
-from feedlog.replication.client import Address
+from feedlog.rpc import Address
 
 def status_kb(field):  # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent
     for line in open("/proc/self/status"):

@@ -13,16 +13,25 @@ from typing import Any
 import grpc
 import pytest
 
-from feedlog.errors import Conflict, Corruption, InvalidArgument, NotFound, SignatureError, Unavailable
+from feedlog import rpc
+from feedlog.errors import (
+    Corruption,
+    InvalidArgument,
+    NotFound,
+    ReadOnly,
+    SignatureError,
+    StaleLength,
+    Unavailable,
+)
 from feedlog.log import entries, merkle
 from feedlog.log.crypto import Signer, discovery_key
 from feedlog.log.feed import Feed, Write
 from feedlog.log.merkle import verify_proof
 from feedlog.pb import feeds_pb2
 from feedlog.pb import feeds_pb2 as pb
-from feedlog.replication import wire
-from feedlog.replication.client import Address, FeedClient, Tls
+from feedlog.replication.client import FeedClient
 from feedlog.replication.sync import clone, pull, push
+from feedlog.rpc import Address, Tls
 from feedlog_server.app import PeerServer, ServerTls
 from feedlog_server.host import FeedHost
 from feedlog_server.rpc import rpc_handler
@@ -253,12 +262,13 @@ def test_appends_only_from_the_key_holder_at_the_current_length(peers: Peers, tm
         raise AssertionError("a stale writer appended")
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.FAILED_PRECONDITION and "length 6" in e.details()
-        assert dict(e.trailing_metadata())[wire.LENGTH_METADATA] == "6"
+        assert dict(e.trailing_metadata())[rpc.LENGTH_METADATA] == "6"
     assert hf.feed.core.state == before  # nothing stored by any refusal
     assert append() == grpc.StatusCode.OK
     assert hf.feed.length == 7 and hf.feed.get("/new").value == b"v"
-    with FeedClient(a.address) as c, pytest.raises(Conflict, match="length 7"):
+    with FeedClient(a.address) as c, pytest.raises(StaleLength, match="length 7") as stale:
         c.append(key, 6, blocks, good)
+    assert stale.value.current_length == 7
     # a brand-new feed can be pushed only by its key holder, and refusal creates nothing
     with FeedClient(a.address, token=a.token) as c, pytest.raises(SignatureError):
         c.append(OTHER.public_key, 0, [entries.encode_header("entry")], bytes(64))
@@ -382,7 +392,7 @@ def test_a_feed_without_its_secret_key_refuses_puts(peers: Peers, clients: Clien
     assert clone(Address(a.address, key.hex()), b.data / "copy").length == 2
     b.stop(grace=0)
     b2 = peers("b")  # reopens b's data, now holding the copy
-    with pytest.raises(Conflict, match="secret key"):
+    with pytest.raises(ReadOnly, match="secret key"):
         clients(b2).put(key, [Write("/y", b"2")])
 
 

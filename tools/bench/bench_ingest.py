@@ -31,8 +31,8 @@ from feedlog.delta import DeltaTable
 from feedlog.lake import spark_session
 from feedlog.lake.ingest import ingest_batch
 from feedlog.log.feed import Feed, Write
-from feedlog.replication.client import Address
 from feedlog.replication.sync import push
+from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 
 

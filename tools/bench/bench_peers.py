@@ -40,8 +40,9 @@ from feedlog.log.crypto import Verifier, leaf_hash
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication import wire
-from feedlog.replication.client import Address, FeedClient
+from feedlog.replication.client import FeedClient
 from feedlog.replication.sync import clone
+from feedlog.rpc import Address
 
 VALUE = b"v" * 80  # with key and framing, ~100-byte blocks
 TOKEN = secrets.token_urlsafe(24)  # the benchmark peers' write token (FEEDLOG_PEER_TOKEN)

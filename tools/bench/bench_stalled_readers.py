@@ -26,7 +26,8 @@ from bench_peers import peer_process  # a sibling script (tools/bench is on sys.
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
-from feedlog.replication.client import FeedClient, channel_options
+from feedlog.replication.client import FeedClient
+from feedlog.rpc import channel_options
 
 VALUE_BYTES = 64 << 10
 PER_BATCH = 16  # 16 x 64 KiB: ~1 MiB batches, the default message budget

@@ -17,8 +17,7 @@ import grpc
 from ...errors import InvalidArgument
 from ...pb import owner_pb2 as pb
 from ...pb import owner_pb2_grpc as pb_grpc
-from ...replication.client import Address, Tls, open_channel
-from ...replication.wire import error_of
+from ...rpc import Address, Tls, error_of, open_channel
 from ..committer import CommitConflict, CommitResponse, Committed
 from .protocol import Auth, Commits, RatifiedCommit, TableRef, TableStatus
 
