@@ -1,9 +1,13 @@
+import importlib.util
 import json
+import shutil
 from pathlib import Path
+from types import ModuleType
 
+import pyarrow as pa
 import pytest
 
-from feedlog.clock import ManualClock
+from feedlog import __version__
 from feedlog.delta import DeltaTable
 from feedlog.delta.actions import (
     Action,
@@ -18,33 +22,97 @@ from feedlog.delta.actions import (
     encode_commit,
 )
 from feedlog.delta.managed import staged_actions
-from feedlog.delta.transaction import ENGINE_INFO
 from feedlog.errors import Corruption, InvalidArgument
-
-from .conftest import SCHEMA, T0, counter_ids
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def golden(name: str) -> bytes:
-    # the engine version is the one field that changes with releases
-    return (GOLDEN / name).read_bytes().replace(b"feedlog/VERSION", ENGINE_INFO.encode())
+def _load_generator() -> ModuleType:
+    """tests/delta/golden/generate.py, the script that wrote the goldens, as a module."""
+    spec = importlib.util.spec_from_file_location("delta_golden_generate", GOLDEN / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_commit_files_match_golden(tmp_path):
-    clock = ManualClock(T0)
-    table = DeltaTable.create(tmp_path / "t", SCHEMA, partition_by=["p"], clock=clock, new_id=counter_ids())
-    assert (tmp_path / "t/_delta_log/00000000000000000000.json").read_bytes() == golden("create.json")
+generate = _load_generator()
 
-    clock.advance(1000)
-    tx = table.transaction()
-    tx.operation_parameters = {"mode": "Append", "partitionBy": ["p"]}
-    tx.set_txn("ingest-1", 7)
-    stats = '{"numRecords":2,"minValues":{"seq":1},"maxValues":{"seq":2},"nullCount":{"seq":0}}'
-    tx.add_files([Add("p=a/part-00000-x-c000.zstd.parquet", {"p": "a"}, 1234, T0 + 500, True, stats)])
-    result = tx.commit()
-    assert (result.version, result.in_commit_timestamp) == (1, T0 + 1000)
-    assert (tmp_path / "t/_delta_log/00000000000000000001.json").read_bytes() == golden("append.json")
+
+def stored(directory: Path) -> dict[str, dict[str, bytes]]:
+    """table -> {path under the table: bytes} of the commit files in a golden directory."""
+    return {
+        table.name: {f"_delta_log/{f.name}": f.read_bytes() for f in sorted((table / "_delta_log").glob("*.json"))}
+        for table in sorted(directory.iterdir())
+    }
+
+
+def test_commit_files_match_the_golden_of_this_version() -> None:
+    """What feedlog writes today, byte for byte, against what this version wrote when the golden was made."""
+    golden = generate.feedlog_dir()
+    assert golden.is_dir(), (
+        f"no golden commits for feedlog {__version__} ({golden.name}): run python tests/delta/golden/generate.py "
+        "and review the diff against the previous version's"
+    )
+    written = generate.feedlog_golden()
+    assert sorted(written) == sorted(p.name for p in golden.iterdir())
+    for table, files in stored(golden).items():
+        assert sorted(written[table]) == sorted(files), table
+        for path, data in files.items():
+            assert written[table][path] == data, f"{golden.name}/{table}/{path} differs from what feedlog writes now"
+
+
+FEEDLOG_GOLDENS = sorted(GOLDEN.glob("feedlog-*"))
+DELTALAKE_GOLDENS = sorted(GOLDEN.glob("deltalake-*"))
+
+
+def test_the_goldens_are_there() -> None:
+    # guards the parametrized tests below against running over nothing
+    assert FEEDLOG_GOLDENS and DELTALAKE_GOLDENS
+
+
+@pytest.mark.parametrize("golden", FEEDLOG_GOLDENS, ids=lambda p: p.name)
+def test_every_feedlog_golden_reads_in_feedlog_and_delta_rs(golden: Path, tmp_path: Path) -> None:
+    """Commits of every feedlog version stay readable, and delta-rs reads them as feedlog does."""
+    deltalake = pytest.importorskip("deltalake")
+    for table in sorted(golden.iterdir()):
+        path = tmp_path / golden.name / table.name
+        shutil.copytree(table, path)
+        ours = DeltaTable.open(path)
+        theirs = deltalake.DeltaTable(str(path))
+        latest = ours.version()
+        assert int(theirs.version()) == latest, table.name
+        ours_history = {h.version: h for h in ours.history()}
+        theirs_history = {h["version"]: h for h in theirs.history()}
+        assert sorted(ours_history) == sorted(theirs_history) == list(range(latest + 1)), table.name
+        for v in range(latest + 1):
+            mine, other = ours_history[v], theirs_history[v]
+            assert (mine.operation, mine.in_commit_timestamp) == (other["operation"], other.get("inCommitTimestamp"))
+            snap = ours.snapshot(v)
+            at_v = deltalake.DeltaTable(str(path), version=v)
+            adds = pa.table(at_v.get_add_actions(flatten=True)).to_pylist()
+            assert sorted((a.path, a.size) for a in snap.files()) == sorted((a["path"], a["size_bytes"]) for a in adds)
+            assert snap.num_records() == sum(a["num_records"] for a in adds), (table.name, v)
+            assert snap.properties == at_v.metadata().configuration, (table.name, v)
+            assert list(snap.partition_columns) == at_v.metadata().partition_columns
+        assert ours.txn_version("ingest-1") == theirs.transaction_version("ingest-1")
+
+
+@pytest.mark.parametrize("golden", DELTALAKE_GOLDENS, ids=lambda p: p.name)
+def test_delta_rs_goldens_read_in_feedlog(golden: Path, tmp_path: Path) -> None:
+    """A table delta-rs wrote (commits, a checkpoint, escaped partition paths) reads as the steps wrote it."""
+    path = tmp_path / "t"
+    shutil.copytree(golden / "partitioned", path)
+    ours = DeltaTable.open(path)
+    expected = generate.deltalake_expected()
+    assert ours.version() == max(expected)
+    for v, want in expected.items():
+        got = ours.to_arrow(v)
+        columns = [got.column(c).to_pylist() for c in ("seq", "key", "value", "p")]
+        assert sorted(zip(*columns, strict=True)) == want, v
+        ts = got.column("ts").cast(pa.int64()).to_pylist()
+        assert sorted(ts) == sorted(generate.T0 * 1000 + seq for seq, *_ in want), v
+    assert ours.snapshot().partition_columns == ("p",)
 
 
 def test_every_action_round_trips():
