@@ -12,8 +12,8 @@ storage and a listing. `managed/` holds everything about commit owners.
 from .committer import CommitConflict, Committed, Committer, FilesystemCommitter
 from .log import TableNotFound
 from .schema import SchemaMismatch
-from .storage import FileInfo, LocalStorage, Storage
 from .snapshot import Snapshot
+from .storage import FileInfo, LocalStorage, MemoryStorage, Storage
 from .table import DeltaTable
 from .timeline import HistoryEntry
 from .transaction import CommitResult, ConcurrentModification, Transaction
@@ -29,6 +29,7 @@ __all__ = [
     "FilesystemCommitter",
     "HistoryEntry",
     "LocalStorage",
+    "MemoryStorage",
     "SchemaMismatch",
     "Snapshot",
     "Storage",

@@ -34,11 +34,10 @@ from .managed.committer import ManagedCommitter
 from .managed.owners import Owners
 from .managed.protocol import Binding, TableStatus
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
-from .schema import to_schema_string
 from .snapshot import Snapshot
 from .storage import LocalStorage, Storage
 from .timeline import HistoryEntry, Timeline, ict_version_at
-from .transaction import CommitResult, NewTable, Transaction, protocol_for_new_table
+from .transaction import CommitResult, Transaction
 from .writer import WriteOptions, write_files
 
 _FILESYSTEM = FilesystemCommitter()
@@ -115,11 +114,6 @@ class DeltaTable:
             raise AlreadyExists(f"a Delta table already exists at {table.storage.location}")
         except TableNotFound:
             pass
-        missing = [c for c in partition_by if c not in schema.names]
-        if missing:
-            raise InvalidArgument(f"partition columns not in the schema: {missing}")
-        if len(partition_by) == len(schema.names):
-            raise InvalidArgument("a table needs at least one column that is not a partition column")
         props = dict(properties or {})
         if in_commit_timestamps:
             props[ENABLE_ICT] = "true"
@@ -129,19 +123,9 @@ class DeltaTable:
             binding = Binding.parse(owner) if isinstance(owner, str) else owner
             props.update(binding.properties())
             table.owners.trust(binding)  # the owner it is created with is the one it trusts
-        now = table.clock.now_ms()
         committer = table.fixed_committer or table.owners.router(table.storage, None, None)
-        txn = Transaction(NewTable(table.storage), committer, table.clock, table.new_id, "CREATE TABLE", max_attempts=1)
-        txn.operation_parameters = {"partitionBy": list(partition_by), "properties": props}
-        txn.new_protocol = protocol_for_new_table(props)
-        txn.new_metadata = Metadata(
-            id=table.new_id(),
-            schema_string=to_schema_string(schema),
-            partition_columns=tuple(partition_by),
-            configuration=props,
-            created_time=now,
-            name=name,
-            description=description,
+        txn = Transaction.create_table(
+            table.storage, committer, table.clock, table.new_id, schema, partition_by, props, name, description
         )
         try:
             result = txn.commit()

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from typing import Protocol as TypingProtocol
 
+import pyarrow as pa
+
 from ..clock import Clock
 from ..errors import Conflict, InvalidArgument
 from ..version import __version__
@@ -58,6 +60,7 @@ from .actions import (
 from .committer import CommitConflict, Committer, commit_path
 from .log import catch_up, list_table, read_commit
 from .replay import TableState, check_writable, ict_enabled, next_ict
+from .schema import to_schema_string
 from .storage import Storage
 
 ENGINE_INFO = f"feedlog/{__version__}"
@@ -200,6 +203,41 @@ class Transaction:
         self.new_metadata: Metadata | None = None
         #: set when the outcome depends on the whole table (overwrite): any concurrent append conflicts
         self.reads_whole_table = False
+
+    @classmethod
+    def create_table(
+        cls,
+        storage: Storage,
+        committer: Committer,
+        clock: Clock,
+        ids: Callable[[], str],
+        schema: pa.Schema,
+        partition_by: Sequence[str],
+        properties: Mapping[str, str],
+        name: str | None = None,
+        description: str | None = None,
+    ) -> Transaction:
+        """The transaction of a new table's version 0: its protocol (exactly the writer features the
+        properties make active) and metadata. It is not retried: losing the race is a Conflict."""
+        missing = [c for c in partition_by if c not in schema.names]
+        if missing:
+            raise InvalidArgument(f"partition columns not in the schema: {missing}")
+        if len(partition_by) == len(schema.names):
+            raise InvalidArgument("a table needs at least one column that is not a partition column")
+        tx = cls(NewTable(storage), committer, clock, ids, "CREATE TABLE", max_attempts=1)
+        props = dict(properties)
+        tx.operation_parameters = {"partitionBy": list(partition_by), "properties": props}
+        tx.new_protocol = protocol_for_new_table(props)
+        tx.new_metadata = Metadata(
+            id=ids(),
+            schema_string=to_schema_string(schema),
+            partition_columns=tuple(partition_by),
+            configuration=props,
+            created_time=clock.now_ms(),
+            name=name,
+            description=description,
+        )
+        return tx
 
     # intents
 

@@ -31,9 +31,7 @@ writes a checkpoint and cleans up expired log files.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -52,11 +50,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .. import failpoints
+from ..clock import Clock, SystemClock
 from ..delta import DeltaTable, LocalStorage, TableNotFound
 from ..delta.actions import Add
-from ..delta.managed import TOKEN_ENV, Binding, new_token, trusted_owners
+from ..delta.managed import TOKEN_ENV, Binding, new_token, staged_data_paths, trusted_owners
 from ..delta.schema import conform
-from ..delta.transaction import CommitResult, ConcurrentModification
+from ..delta.transaction import CommitResult
 from ..delta.writer import WriteOptions, write_files
 from ..errors import AlreadyExists, Conflict, InvalidArgument
 
@@ -191,6 +190,8 @@ class SinkConfig:
     owner: str | None = None
     #: the sink's `jobId` option, recorded in the commit so the job can find its own commit later
     job_id: str | None = None
+    #: stamps data files and commits (picklable: the system clock, or a test's manual clock)
+    clock: Clock = field(default_factory=SystemClock)
 
     @classmethod
     def prepare(
@@ -241,7 +242,7 @@ class SinkConfig:
             self.schema,
             self.partition_columns,
             data,
-            int(time.time() * 1000),
+            self.clock.now_ms(),
             lambda: str(uuid.uuid4()),
             self.write_options,
         )
@@ -259,51 +260,42 @@ class SinkConfig:
         app_version = batch_id if batch_id is not None else self.app_version
         if not adds and not self.overwrite:
             return None
-        table = DeltaTable.open(self.path, owner_token=self.token, owner=trusted(self.path, self.owner))
+        table = DeltaTable.open(
+            self.path, owner_token=self.token, owner=trusted(self.path, self.owner), clock=self.clock
+        )
         try:
-            for _attempt in range(5):
-                tx = table.transaction("STREAMING UPDATE" if batch_id is not None else "WRITE")
-                if self.app_id is not None and app_version is not None:
-                    done = tx.base.txns.get(self.app_id)
-                    if done is not None and done.version >= app_version:
-                        self._discard(adds)
-                        return CommitResult(None, skipped=True)
-                    tx.set_txn(self.app_id, app_version)
-                landed = _already_landed(tx.base.txns, ranges)
-                if landed and len(landed) == len(ranges):
-                    self._discard(adds)
+            tx = table.transaction("STREAMING UPDATE" if batch_id is not None else "WRITE")
+            if self.app_id is not None and app_version is not None:
+                done = tx.base.txns.get(self.app_id)
+                if done is not None and done.version >= app_version:
+                    self._discard(adds)  # Delta's idempotent writer: the marker alone says it is done
                     return CommitResult(None, skipped=True)
-                if landed:
-                    raise Conflict(
-                        f"the table already holds feed(s) {', '.join(k[:16] + '...' for k in landed)} up to this "
-                        "batch's end, but not the others in it; ingest those feeds separately"
-                    )
-                for k, r in ranges.items():
-                    tx.set_txn(app_id(k), r.last + 1)
-                tx.add_files(adds)
-                if self.overwrite:
-                    tx.reads_whole_table = True
-                    tx.remove_files(tx.base.files.values())
-                    tx.operation_parameters = {"mode": "Overwrite"}
-                elif batch_id is not None:
-                    tx.operation_parameters = {"outputMode": "Append", "epochId": str(batch_id)}
-                else:
-                    tx.operation_parameters = {"mode": "Append"}
-                if ranges:
-                    tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
-                    if self.job_id:
-                        tx.info_extra["feedlog"]["job"] = self.job_id
-                failpoints.point("sink.before_commit")
-                try:
-                    result = tx.commit()
-                    break
-                except ConcurrentModification:
-                    continue  # another job landed a batch of a feed of ours: re-check what is left to do
+                tx.set_txn(self.app_id, app_version, since=app_version - 1)
+            # Each feed's rows are a claim on its seqs (see transaction.py): the commit is skipped if
+            # the table already holds them all, refused if it holds part, checked again on every rebase.
+            for k, r in ranges.items():
+                tx.set_txn(app_id(k), r.last + 1, since=r.first)
+            tx.add_files(adds)
+            if self.overwrite:
+                tx.reads_whole_table = True
+                tx.remove_files(tx.base.files.values())
+                tx.operation_parameters = {"mode": "Overwrite"}
+            elif batch_id is not None:
+                tx.operation_parameters = {"outputMode": "Append", "epochId": str(batch_id)}
             else:
-                raise Conflict("the table kept changing under this batch; rerun it")
+                tx.operation_parameters = {"mode": "Append"}
+            if ranges:
+                tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
+                if self.job_id:
+                    tx.info_extra["feedlog"]["job"] = self.job_id
+            failpoints.point("sink.before_commit")
+            result = table.commit(tx)
         except Conflict:
             self._discard(adds)  # definitely not committed: the files are nobody's
             raise
+        if result.skipped:
+            self._discard(adds)
+            return result
         failpoints.point("sink.committed")
         _maintain(table, result)
         return result
@@ -326,41 +318,10 @@ class SinkConfig:
             held = {a.path for a in t.snapshot().files()}
         except TableNotFound:
             held = set()
-        held |= _staged_paths(Path(self.path))
-        if "*" not in held:
+        staged = staged_data_paths(LocalStorage(self.path))
+        if staged is not None:  # None: a staged commit could not be read, so it may hold any of them
+            held |= staged
             self._discard([a for a in adds if a.path not in held])
-
-
-def _staged_paths(table: Path) -> set[str]:
-    """Data files named by staged managed commits (ratified or not yet)."""
-    out: set[str] = set()
-    staged = table / "_delta_log" / "_commits"
-    for f in staged.glob("*.json") if staged.is_dir() else []:
-        try:
-            for line in f.read_text().splitlines():
-                add = json.loads(line).get("add") if line.strip() else None
-                if isinstance(add, dict) and isinstance(add.get("path"), str):
-                    out.add(add["path"])
-        except (OSError, ValueError):
-            out.add("*")  # unreadable: assume it may hold anything
-    return out
-
-
-def _already_landed(txns: Mapping[str, Any], ranges: Mapping[str, FeedRange]) -> list[str]:
-    """Feeds whose whole range the table holds; Conflict if it holds part of one."""
-    landed = []
-    for k, r in ranges.items():
-        done = txns.get(app_id(k))
-        if done is None or done.version <= r.first:
-            continue
-        if done.version >= r.last + 1:
-            landed.append(k)
-            continue
-        raise Conflict(
-            f"the table holds feed {k[:16]}... up to seq {done.version - 1}, inside this batch's seqs "
-            f"{r.first}..{r.last}: another job landed part of it; rerun to ingest the rest"
-        )
-    return landed
 
 
 def _provenance(key: str, r: FeedRange) -> dict[str, Any]:
