@@ -134,6 +134,43 @@ def test_real_conflicts_are_reported_not_rebased(new_table, clock, tmp_path):
     assert isinstance(ConcurrentModification("x"), Conflict)
 
 
+def test_claimed_txn_ranges_are_rechecked_on_every_rebase(new_table, clock, tmp_path):
+    """The Spark sink's exactly-once: a range another writer landed meanwhile is skipped, half of it
+    is a Conflict, an earlier range is no conflict at all (the transaction rebases over it)."""
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+
+    def claim(first: int, end: int) -> Any:
+        tx = t.transaction()
+        tx.set_txn("feedlog:aa", end, since=first)
+        tx.add_files(t.write_files(rows(first, end - first)))
+        return tx
+
+    def land(first: int, end: int) -> None:
+        tx = other.transaction()
+        tx.set_txn("feedlog:aa", end, since=first)
+        tx.add_files(other.write_files(rows(first, end - first)))
+        assert other.commit(tx).version is not None
+
+    tx = claim(0, 10)
+    land(0, 10)  # the same range, landed first: ours is a duplicate
+    result = tx.commit()
+    assert result.skipped and result.version is None and t.snapshot().num_records() == 10
+
+    tx = claim(20, 30)
+    land(10, 20)  # the range before ours: compatible, so we rebase and land after it
+    result = tx.commit()
+    assert (result.version, result.attempts) == (3, 2)
+    assert t.txn_version("feedlog:aa") == 30 and t.snapshot().num_records() == 30
+
+    tx = claim(30, 40)
+    land(30, 35)  # part of ours
+    with pytest.raises(Conflict, match=r"inside this commit's range 30\.\.40"):
+        tx.commit()
+    with pytest.raises(InvalidArgument, match="is empty"):
+        t.transaction().set_txn("feedlog:aa", 5, since=5)
+
+
 def test_failed_commit_leaves_no_data_files(new_table, clock, tmp_path):
     t = new_table()
     other = DeltaTable.open(tmp_path / "t", clock=clock)
