@@ -61,7 +61,7 @@ from .committer import CommitConflict, Committer, commit_path
 from .log import catch_up, list_table, read_commit
 from .replay import TableState, check_writable, ict_enabled, next_ict
 from .schema import to_schema_string
-from .storage import Storage
+from .storage import FileInfo, Storage
 
 ENGINE_INFO = f"feedlog/{__version__}"
 DEFAULT_MAX_ATTEMPTS = 100
@@ -366,7 +366,7 @@ class Transaction:
     def _rebase(self, base: TableState, lost: int) -> TableState:
         """`base` plus the commits that won, each checked for a conflict with this transaction."""
 
-        def ratified(_p: Protocol | None, _m: Metadata | None, start: int) -> list[Any]:
+        def ratified(_p: Protocol | None, _m: Metadata | None, start: int) -> list[tuple[int, FileInfo]]:
             return self.committer.ratified_commits(self.storage, start)
 
         caught_up = catch_up(self.storage, base, ratified, self.check_winner)  # reads only the winners

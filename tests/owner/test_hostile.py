@@ -20,7 +20,8 @@ import pytest
 from feedlog.delta import Committed, DeltaTable
 from feedlog.delta.committer import commit_path
 from feedlog.delta.managed import COMMITS_DIR, Auth, TableRef, staged_name
-from feedlog.delta.managed.sqlite import MAX_STAGED_COMMIT_BYTES, LocalOwner
+from feedlog.delta.managed.confined import MAX_STAGED_COMMIT_BYTES
+from feedlog.delta.managed.sqlite import LocalOwner
 from feedlog.errors import InvalidArgument, NotFound, PermissionDenied
 from feedlog.pb import owner_pb2 as pb
 from feedlog_server.owner import OwnerServer
