@@ -2,6 +2,6 @@
 
 import sys
 
-from feedlog.cli import main
+from .serve import main
 
-sys.exit(main(["serve", *sys.argv[1:]]))
+sys.exit(main())

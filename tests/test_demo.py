@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from feedlog.demo import run_demo
+from feedlog.cli.demo import run_demo
 
 from .delta.conftest import deltalake_read, duckdb_read
 

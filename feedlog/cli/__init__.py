@@ -2,92 +2,25 @@
 
 Human text by default, `--json` for machines. A user mistake prints one line
 on stderr and exits non-zero; tracebacks are for bugs only.
+
+One module per group of commands (feed_cmds, peer_cmds, table_cmds,
+owner_cmds, lake_cmds), sharing the argument helpers (args), output (fmt)
+and the way to a peer (remote); `serve` and `owner serve` are the server
+package's (`feedlog_server.serve`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 from .. import errors
+from .args import Handler, Parser, UsageError
 
-# gRPC core logs at INFO when Spark's launcher forks beside its threads; keep the CLI's stderr for errors
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-
-#: the one place library errors become exit codes (most specific first)
-EXIT_CODES: tuple[tuple[type[errors.FeedlogError], int], ...] = (
-    (errors.InvalidArgument, 2),
-    (errors.NotFound, 3),
-    (errors.AlreadyExists, 4),
-    (errors.SignatureError, 5),
-    (errors.Corruption, 5),
-    (errors.Conflict, 6),
-    (errors.ReadOnly, 7),
-    (errors.PermissionDenied, 7),
-    (errors.Unavailable, 8),
-    (errors.Unsupported, 9),
-)
 EXIT_USAGE = 2
-
-
-def exit_code(err: errors.FeedlogError) -> int:
-    for kind, code in EXIT_CODES:
-        if isinstance(err, kind):
-            return code
-    return 1
-
-
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line, not a usage dump."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
-
-
-Handler = Callable[[argparse.Namespace], int | None]
-
-
-def given_token(ns: argparse.Namespace, env: str) -> str | None:
-    """A secret from --token-file, --token (warned about: `ps` shows it) or the variable `env`, in that order."""
-    if getattr(ns, "token_file", None):
-        return read_token_file(ns.token_file)
-    if getattr(ns, "token", None):
-        print(
-            "feedlog: warning: --token is visible to every user of this machine (ps); use --token-file", file=sys.stderr
-        )
-        return str(ns.token)
-    return os.environ.get(env) or None
-
-
-def read_token_file(path: str) -> str:
-    """The token in a file: its first word."""
-    try:
-        words = Path(path).read_text().split()
-    except (OSError, UnicodeDecodeError) as e:
-        raise errors.InvalidArgument(f"cannot read token file {path}: {getattr(e, 'strerror', None) or e}") from None
-    if not words:
-        raise errors.InvalidArgument(f"token file {path} is empty")
-    return words[0]
-
-
-def emit(ns: argparse.Namespace, data: Any, human: Callable[[], None] | str | None = None) -> None:
-    """Print `data` as JSON with --json, else the human form."""
-    if getattr(ns, "json", False):
-        print(json.dumps(data, sort_keys=False))
-    elif callable(human):
-        human()
-    elif human is not None:
-        print(human)
 
 
 def build_parser() -> Parser:
@@ -132,6 +65,9 @@ def _one_line_warnings() -> Callable[..., None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC core logs at INFO when Spark's launcher forks beside its threads; keep the CLI's stderr for
+    # errors. Set before the commands' modules load grpc (build_parser).
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
@@ -146,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except errors.FeedlogError as e:
         print(f"feedlog: error: {e}", file=sys.stderr)
-        return exit_code(e)
+        return errors.exit_code(e)
     except KeyboardInterrupt:
         print("feedlog: interrupted", file=sys.stderr)
         return 130

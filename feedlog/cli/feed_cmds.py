@@ -6,80 +6,21 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO
 
 from ..errors import InvalidArgument
 from ..log.core import MAX_BATCH_BYTES
-from ..log.entries import DRIVE_EVENT, PROTOCOLS, Record
-from ..log.feed import DEFAULT_TIMESTAMPS, Appended, Feed, Write
+from ..log.entries import DRIVE_EVENT, PROTOCOLS
+from ..log.feed import DEFAULT_TIMESTAMPS, Feed, Write
 from ..log.timestamps import TimestampPolicy, parse_duration
-from . import emit
-from .peer_cmds import is_remote, remote_create, remote_info, remote_put, tls_args
+from ..replication import wire
+from .args import Handler, Parser, Subcommands, add_command
+from .fmt import Json, appended_json, emit, fmt_ts, record_json, record_line
+from .remote import client_for, is_remote, tls_args
 
 DEFAULT_BATCH = 1000
-
-
-def fmt_ts(ms: int | None) -> str:
-    """ISO-8601 UTC for humans; untrusted values (1970, far future) print as they are."""
-    if ms is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    except (OverflowError, ValueError, OSError):
-        return f"{ms}ms"
-
-
-def fmt_value(value: bytes | None) -> str:
-    if value is None:
-        return "-"
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError:
-        return "0x" + value.hex()
-    return text if text.isprintable() else "0x" + value.hex()
-
-
-def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"seq": r.seq}
-    if r.cleared:
-        out["cleared"] = True
-        return out
-    if r.invalid is not None:  # signed by the author but not an entry: shown raw, never decoded
-        out.update(invalid=r.invalid, block=(r.block or b"").hex())
-        return out
-    out.update(
-        key=r.key,
-        value=None if r.value is None else r.value.hex(),
-        deleted=r.deleted,
-        timestamp=r.timestamp,
-        expires_at=r.expires_at,
-        expired=r.expired(now_ms),
-    )
-    if r.stat is not None:
-        out["stat"] = r.stat
-    if raw and r.block is not None:
-        out["block"] = r.block.hex()
-    return out
-
-
-def record_line(r: Record, now_ms: int) -> str:
-    if r.cleared:
-        return f"{r.seq}\t(cleared by compaction)"
-    if r.invalid is not None:
-        return f"{r.seq}\t(invalid: {r.invalid})\t0x{(r.block or b'').hex()}"
-    if r.stat is not None:
-        what = json.dumps(r.stat, separators=(",", ":"))
-    else:
-        what = "(deleted)" if r.deleted else fmt_value(r.value)
-    flags = " (expired)" if r.expired(now_ms) else ""
-    return f"{r.seq}\t{fmt_ts(r.timestamp)}\t{r.key}\t{what}{flags}"
-
-
-def appended_json(a: Appended) -> dict[str, Any]:
-    return {"seq": a.seq, "timestamp": a.timestamp, "expires_at": a.expires_at}
 
 
 @contextmanager
@@ -107,7 +48,7 @@ def cmd_create(ns: argparse.Namespace) -> None:
     emit(ns, info, f"created {ns.path}\nkey {info['key']}")
 
 
-def parse_value(content_type: str, raw: str, is_hex: bool) -> bytes | dict[str, Any]:
+def parse_value(content_type: str, raw: str, is_hex: bool) -> bytes | dict[str, object]:
     if content_type == DRIVE_EVENT:
         try:
             stat = json.loads(raw)
@@ -153,7 +94,7 @@ def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
         raise InvalidArgument(f"line {lineno}: unknown field(s) {', '.join(sorted(extra))}")
     try:
         deleted = bool(obj.get("deleted", False))
-        value: bytes | dict[str, Any] | None = None
+        value: bytes | dict[str, object] | None = None
         if not deleted:
             if feed.content_type == DRIVE_EVENT:
                 value = obj.get("stat")
@@ -287,6 +228,7 @@ def cmd_cat(ns: argparse.Namespace) -> None:
 
 
 def cmd_info(ns: argparse.Namespace) -> None:
+    info: Mapping[str, Json]
     if is_remote(ns.path):
         info = remote_info(ns)
     else:
@@ -295,7 +237,7 @@ def cmd_info(ns: argparse.Namespace) -> None:
 
     def human() -> None:
         for k, v in info.items():
-            if k.endswith("timestamp") and v is not None:
+            if k.endswith("timestamp") and isinstance(v, int):
                 v = f"{v} ({fmt_ts(v)})"
             print(f"{k:<16}{'-' if v is None else v}")
 
@@ -317,7 +259,7 @@ def cmd_verify(ns: argparse.Namespace) -> None:
     with opened(ns.path) as feed:
         rep = feed.verify()
         key = feed.key.hex()
-    data = {
+    data: dict[str, Json] = {
         "ok": True,
         "key": key,
         "length": rep.length,
@@ -343,21 +285,45 @@ def cmd_compact(ns: argparse.Namespace) -> None:
 
 
 def cmd_demo(ns: argparse.Namespace) -> None:
-    from ..demo import run_demo
+    from .demo import run_demo
 
     run_demo(ns.dir)
+
+
+# ---- the remote forms (grpc://HOST:PORT[/KEY]): the same commands on a feed a peer holds --------------
+
+
+def remote_create(ns: argparse.Namespace) -> None:
+    _address, client = client_for(ns, ns.path, need_feed=False, write=True)
+    with client:
+        info = wire.info_json(client.create(ns.type, str(ns.timestamps), ns.ttl or ""))
+    emit(ns, info, f"created on {ns.path}\nkey {info['key']}")
+
+
+def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
+    address, client = client_for(ns, ns.path, write=True)
+    with client:
+        key = address.key
+        value = None if deleted else parse_value(client.info(key).content_type, ns.value, ns.hex)
+        ttl = parse_duration(ns.ttl) if getattr(ns, "ttl", None) else None
+        a = client.put(key, [Write(ns.key, value, deleted, ttl, ns.timestamps)])[0]
+    emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
+
+
+def remote_info(ns: argparse.Namespace) -> dict[str, Json]:
+    address, client = client_for(ns, ns.path)
+    with client:
+        return wire.info_json(client.info(address.key))
 
 
 # ---- registration ------------------------------------------------------------------------
 
 
-def register(sub: Any) -> None:
-    def add(name: str, handler: Any, help_: str) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(handler=handler)
-        return p
+def register(sub: Subcommands) -> None:
+    def add(name: str, handler: Handler, help_: str) -> Parser:
+        return add_command(sub, name, handler, help_)
 
-    def json_flag(p: argparse.ArgumentParser) -> None:
+    def json_flag(p: Parser) -> None:
         p.add_argument("--json", action="store_true", help="machine-readable output (hex for binary)")
 
     p = add("create", cmd_create, "create a new feed (generates its Ed25519 key pair)")

@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument
-from . import emit
-from .feed_cmds import fmt_ts
+from .args import Subcommands
+from .fmt import emit, fmt_ts
 from .table_cmds import token_args, token_of
 
+if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
+    from pyspark.sql import SparkSession
 
-def _session(ns: argparse.Namespace) -> Any:
+
+def _session(ns: argparse.Namespace) -> SparkSession:
     from ..lake import spark_session
 
     progress = "true" if sys.stderr.isatty() and not getattr(ns, "json", False) else "false"
-    spark = spark_session(ns.master, "feedlog-ingest", **{"spark.ui.showConsoleProgress": progress})
+    spark: SparkSession = spark_session(ns.master, "feedlog-ingest", **{"spark.ui.showConsoleProgress": progress})
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -121,7 +124,7 @@ def cmd_expire(ns: argparse.Namespace) -> None:
         time.sleep(every)
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "ingest",
         help="land feeds in a Delta table with Spark (exactly once, through the commit owner)",

@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import os
 from datetime import UTC, datetime
-from typing import Any
 
 import pyarrow as pa
 
@@ -22,9 +21,9 @@ from ..delta import DeltaTable
 from ..delta.managed import OWNER_ENV, TOKEN_ENV, Binding, new_token
 from ..errors import InvalidArgument
 from ..log.timestamps import parse_duration
-from . import emit, given_token, read_token_file
-from .feed_cmds import fmt_ts
-from .peer_cmds import tls_args, tls_of
+from .args import Handler, Parser, Subcommands, add_command, given_token, read_token_file
+from .fmt import emit, fmt_ts
+from .remote import tls_args, tls_of
 
 _TYPES = {
     "long": pa.int64(),
@@ -264,14 +263,13 @@ def cmd_info(ns: argparse.Namespace) -> None:
     emit(ns, info, human)
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands) -> None:
     table = sub.add_parser("table", help="inspect and maintain Delta tables", description="Delta table commands")
-    tsub = table.add_subparsers(dest="table_command", metavar="COMMAND", parser_class=type(table))
+    tsub = table.add_subparsers(dest="table_command", metavar="COMMAND", parser_class=Parser)
     tsub.required = True
 
-    def add(name: str, handler: Any, help_: str, json_out: bool = True) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = tsub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(handler=handler)
+    def add(name: str, handler: Handler, help_: str, json_out: bool = True) -> Parser:
+        p = add_command(tsub, name, handler, help_)
         p.add_argument("path", help="the table's directory")
         if json_out:
             p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from feedlog.cli import main
-from feedlog.cli.peer_cmds import warn_if_clear
+from feedlog.cli.remote import warn_if_clear
 from feedlog.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
@@ -261,7 +261,7 @@ def test_cli_warns_before_sending_a_token_in_the_clear(capsys: pytest.CaptureFix
     assert "without TLS" in capsys.readouterr().err
     for target, tls, token in (
         ("127.0.0.1:7000", None, TOKEN),
-        ("10.0.0.7:7000", object(), TOKEN),
+        ("10.0.0.7:7000", Tls(b"a CA"), TOKEN),
         ("h:1", None, None),
     ):
         warn_if_clear(target, tls, token)

@@ -14,17 +14,24 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .cli.feed_cmds import fmt_ts
-from .delta import DeltaTable
-from .errors import NotFound, Unavailable
-from .lake.audit import audit_table
-from .log.feed import Feed, Write
-from .log.merkle import verify_proof
-from .replication.client import FeedClient
-from .replication.sync import push
-from .rpc import Address
+from feedlog_server.app import PeerServer
+from feedlog_server.owner import OwnerServer
+
+from ..clock import Clock, SystemClock
+from ..delta import DeltaTable
+from ..errors import NotFound, Unavailable
+from ..lake.audit import audit_table
+from ..log.feed import Feed, Write
+from ..log.merkle import verify_proof
+from ..replication.client import FeedClient
+from ..replication.sync import push
+from ..rpc import Address
+from .fmt import fmt_ts
+
+if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
+    from pyspark.sql import SparkSession
 
 
 def step(text: str) -> None:
@@ -49,18 +56,18 @@ def _append(feed: Feed, first: int, n: int, ttl_ms: int | None = None) -> None:
         feed.append([Write(f"/sensor/{i % 100}", f"reading {i}".encode(), ttl_ms=ttl_ms) for i in range(lo, lo + 1000)])
 
 
-def run_demo(workdir: str | None = None, spark: Any = None) -> None:
-    from feedlog_server.app import PeerServer
-    from feedlog_server.owner import OwnerServer
+def run_demo(workdir: str | None = None, spark: SparkSession | None = None, clock: Clock | None = None) -> None:
+    """The demo in `workdir` (default: a new temporary directory), with `spark` if given (else a local
+    session) and `clock` for the wall time TTL compaction runs at (default: the system clock)."""
+    from ..lake import spark_session
+    from ..lake.expire import expire
+    from ..lake.ingest import ingest_batch
 
-    from .lake import spark_session
-    from .lake.expire import expire
-    from .lake.ingest import ingest_batch
-
+    clock = clock or SystemClock()
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="feedlog-demo-"))
     base.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    servers: list[Any] = []
+    servers: list[PeerServer | OwnerServer] = []
     try:
         step("start local Spark, a commit owner and two peers on 127.0.0.1")
         t = time.monotonic()
@@ -129,7 +136,7 @@ def run_demo(workdir: str | None = None, spark: Any = None) -> None:
 
         step("an hour later: TTL compaction (a Spark job) turns expired rows into tombstones")
         feed.close()
-        res = expire(spark, str(table), now_ms=int(time.time() * 1000) + 3_600_000, owner=owner.endpoint)
+        res = expire(spark, str(table), now_ms=clock.now_ms() + 3_600_000, owner=owner.endpoint, clock=clock)
         print(f"version {res.version}: {res.rows_cleared} rows cleared in {res.files_rewritten} rewritten files")
         _audit(table, key, owner.endpoint)
     finally:

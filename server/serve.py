@@ -1,0 +1,187 @@
+"""`feedlog serve` and `feedlog owner serve`: what serving takes on the command line, and the server it runs.
+
+The `feedlog` command registers these arguments and handlers (the CLI calls the
+server package, never the reverse); `python -m feedlog_server ARGS` is
+`feedlog serve ARGS` with nothing else of the command loaded (`main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+from feedlog.errors import FeedlogError, InvalidArgument, exit_code
+
+from .auth import TOKEN_ENV
+
+if TYPE_CHECKING:  # the servers' modules load grpc: only once serving starts (main sets up gRPC first)
+    from .app import ServerTls
+
+PEER_HELP = "run a peer: host the feeds in --data over gRPC, follow feeds on other peers"
+OWNER_HELP = "Ratify and backfill commits of managed Delta tables; state in one SQLite file."
+EXIT_USAGE = 2
+
+
+def _server_tls_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-cert", metavar="FILE", help="server certificate (PEM): serve TLS")
+    p.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    p.add_argument("--client-ca", metavar="FILE", help="require client certificates signed by this CA (mutual TLS)")
+
+
+def peer_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `feedlog serve`."""
+    p.add_argument("--data", required=True, metavar="DIR", help="feeds live in DIR/<name>/ (created if missing)")
+    p.add_argument("--listen", default="127.0.0.1:7000", metavar="HOST:PORT", help="default 127.0.0.1:7000")
+    _server_tls_arguments(p)
+    p.add_argument(
+        "--follow", action="append", default=[], metavar="grpc://HOST:PORT/KEY", help="replicate a feed (repeatable)"
+    )
+    p.add_argument("--tls-ca", metavar="FILE", help="CA of the peers in --follow (TLS to them)")
+    p.add_argument(
+        "--insecure", action="store_true", help="allow a --listen beyond loopback without TLS (tokens in the clear)"
+    )
+    p.add_argument(
+        "--write-token-file",
+        metavar="FILE",
+        help=f"write tokens, one a line (or sha256:HEX of one); also ${TOKEN_ENV}. Neither, and no --client-ca: "
+        "a token is generated into DATA/_peer/write-token",
+    )
+    p.add_argument(
+        "--accept-new", action="store_true", help="let unauthenticated clients push feeds this peer does not host yet"
+    )
+    p.add_argument("--no-accept-new", action="store_true", help=argparse.SUPPRESS)  # the default now
+    p.add_argument(
+        "--write-rate",
+        default="10000/s,20000",
+        metavar="RATE",
+        help="write requests per client (default 10000/s,20000)",
+    )
+    p.add_argument("--create-rate", default="1/s,20", metavar="RATE", help="new feeds per client (default 1/s,20)")
+    p.add_argument(
+        "--max-streams", type=int, default=64, help="open streams of any kind (reads, tails, pipelined appends) at most"
+    )
+    p.add_argument("--max-message-bytes", type=int, default=16 << 20, help="largest request accepted (16 MiB)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
+
+
+def owner_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `feedlog owner serve`."""
+    p.add_argument("--db", required=True, metavar="FILE", help="the owner's SQLite database (created if missing)")
+    p.add_argument("--listen", default="127.0.0.1:7070", metavar="HOST:PORT", help="default 127.0.0.1:7070")
+    p.add_argument(
+        "--root",
+        action="append",
+        metavar="DIR",
+        help="tables must live under this directory (repeatable; default: the current directory)",
+    )
+    _server_tls_arguments(p)
+    p.add_argument(
+        "--insecure", action="store_true", help="allow a --listen beyond loopback without TLS (tokens in the clear)"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def serve_peer(ns: argparse.Namespace) -> None:
+    """Run a peer as `ns` (parsed by `peer_arguments`) says, until SIGTERM or SIGINT."""
+    from feedlog.rpc import Address, Tls
+
+    from .app import PeerServer
+    from .auth import Rate, check_token, read_token_file, token_hash
+    from .events import configure
+    from .rpc import require_tls_off_loopback, serve_forever
+
+    tls = _server_tls(ns)
+    require_tls_off_loopback(ns.listen, tls, ns.insecure)
+    tokens: list[str] | None = None  # None: the peer generates one (unless --client-ca)
+    if ns.write_token_file or os.environ.get(TOKEN_ENV):
+        tokens = []
+        if ns.write_token_file:
+            tokens += ["sha256:" + h.hex() for h in read_token_file(ns.write_token_file)]
+        if os.environ.get(TOKEN_ENV):
+            tokens.append("sha256:" + token_hash(check_token(os.environ[TOKEN_ENV])).hex())
+    write_rate, create_rate = Rate.parse(ns.write_rate), Rate.parse(ns.create_rate)
+    follow = [Address.parse(u, need_feed=True) for u in ns.follow]
+    for a in follow:
+        a.key  # noqa: B018 -- validates the key before the server starts
+    # TLS to the followed peers: their CA, and our own certificate for those that ask for one
+    follow_tls = Tls.from_files(ns.tls_ca, ns.tls_cert, ns.tls_key) if ns.tls_ca else None
+    configure(logging.DEBUG if ns.verbose else logging.INFO)
+    serve_forever(
+        PeerServer(
+            ns.data,
+            ns.listen,
+            tls=tls,
+            follow=follow,
+            follow_tls=follow_tls,
+            accept_new=ns.accept_new,
+            write_tokens=tokens,
+            write_rate=write_rate,
+            create_rate=create_rate,
+            max_streams=ns.max_streams,
+            max_message_bytes=ns.max_message_bytes,
+        )
+    )
+
+
+def serve_owner(ns: argparse.Namespace) -> None:
+    """Run the commit owner as `ns` (parsed by `owner_arguments`) says, until SIGTERM or SIGINT."""
+    from .events import configure
+    from .owner import OwnerServer
+    from .rpc import require_tls_off_loopback, serve_forever
+
+    tls = _server_tls(ns)
+    require_tls_off_loopback(ns.listen, tls, ns.insecure)  # table tokens travel in every commit's metadata
+    server = OwnerServer(ns.db, ns.listen, roots=ns.root or None, tls=tls)  # bad arguments fail here
+    configure(logging.DEBUG if ns.verbose else logging.INFO)
+    serve_forever(server)
+
+
+def _server_tls(ns: argparse.Namespace) -> ServerTls | None:
+    from .app import ServerTls
+
+    if (ns.tls_cert is None) != (ns.tls_key is None):
+        raise InvalidArgument("--tls-cert and --tls-key go together")
+    if ns.client_ca and not ns.tls_cert:
+        raise InvalidArgument("--client-ca (mutual TLS) needs --tls-cert and --tls-key")
+    return ServerTls.from_files(ns.tls_cert, ns.tls_key, ns.client_ca) if ns.tls_cert else None
+
+
+# ---- python -m feedlog_server --------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line, as in the `feedlog` command."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m feedlog_server ARGS`: `feedlog serve ARGS`, with its messages and exit codes."""
+    # gRPC core logs at INFO when a process forks beside its threads; keep stderr for events and errors
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    parser = _Parser(prog="feedlog serve", description=PEER_HELP)
+    peer_arguments(parser)
+    try:
+        serve_peer(parser.parse_args(argv))
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
+    except FeedlogError as e:
+        print(f"feedlog: error: {e}", file=sys.stderr)
+        return exit_code(e)
+    except KeyboardInterrupt:
+        print("feedlog: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:
+        print(f"feedlog: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,88 @@
+"""`python -m feedlog_server` is `feedlog serve`, with the server package's own entry point (no CLI loaded)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from feedlog.replication.client import FeedClient
+from feedlog.rpc import Tls
+
+from .certs import make_pki
+from .test_shutdown import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {k: v for k, v in os.environ.items() if k != "FEEDLOG_PEER_TOKEN"} | {
+    "PYTHONPATH": str(ROOT),
+    "PYTHONUNBUFFERED": "1",
+    "COLUMNS": "100",  # argparse wraps help to the terminal's width
+}
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=ENV, timeout=60)
+
+
+def test_python_m_feedlog_server_takes_exactly_what_feedlog_serve_takes() -> None:
+    server, cli = run("-m", "feedlog_server", "--help"), run("-m", "feedlog", "serve", "--help")
+    assert server.returncode == cli.returncode == 0
+    assert server.stdout.startswith("usage: feedlog serve ") and "--write-token-file" in server.stdout
+    assert server.stdout == cli.stdout
+
+
+def test_the_server_entry_point_loads_no_cli_and_answers_mistakes_in_one_line(tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "from feedlog_server.serve import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith('feedlog.cli')))\n"
+    )
+    for args, code, needle in (
+        (["--data", str(tmp_path / "d"), "--write-rate", "fast"], 2, "rate like"),
+        (["--listen", "127.0.0.1:0"], 2, "--data"),
+        (["--data", str(tmp_path / "d"), "--tls-cert", "missing.pem", "--tls-key", "missing.key"], 2, "TLS file"),
+    ):
+        p = run("-c", probe, *args)
+        assert p.stdout.split() == [str(code), "[]"], p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and needle in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_serve_tls_with_only_the_server_certificate(tmp_path: Path) -> None:
+    # README: `serve` takes --tls-cert F --tls-key F; --tls-ca is only for the peers it follows
+    pki = make_pki(tmp_path / "pki")
+    port, data = free_port(), tmp_path / "d"
+    tls = ("--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "feedlog_server", "--data", str(data), "--listen", f"127.0.0.1:{port}", *tls],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        key = None
+        while key is None:
+            try:
+                token = (data / "_peer" / "write-token").read_text().strip()
+                with FeedClient(f"127.0.0.1:{port}", tls=Tls.from_files(str(pki.ca)), timeout=2, token=token) as c:
+                    key = c.create().key
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = proc.stderr.read() if proc.stderr else ""
+    assert '"event":"serving"' in log and '"tls":true' in log and len(key) == 32
