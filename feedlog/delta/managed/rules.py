@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from ...errors import FeedlogError, InvalidArgument
+from ...errors import AlreadyExists, FeedlogError, InvalidArgument, shorten
 from ..committer import CommitConflict
 from .protocol import FEEDLOG_OWNER, Binding
 
@@ -125,6 +125,39 @@ def decide(row: TableRow, request: RatifyRequest) -> Outcome:
             f"inCommitTimestamp {request.ict} of version {v} is not after version {row.latest}'s {row.latest_ict}"
         )
     return Ratify(v, request.ict, RELEASING if request.release else row.state)
+
+
+def decide_register(
+    row: TableRow | None, other_at_path: str | None, path: str, version: int, staged: str
+) -> Repeat | None:
+    """Registration (taking a table over): Repeat for a repeated request whose answer was lost, None
+    to propose; AlreadyExists if the table, or another table at its path, is managed here already."""
+    if row is not None and row.state != RELEASED:
+        if row.proposal_version == version and row.proposal_file == staged:
+            return Repeat(version)
+        raise AlreadyExists(f"table {shorten(row.id)} is already managed by this commit owner")
+    if other_at_path is not None:
+        raise AlreadyExists(
+            f"another table ({shorten(other_at_path)}) at {shorten(path)} is managed by this commit owner"
+        )
+    return None
+
+
+def make_proposal(
+    table_id: str,
+    path: str,
+    token_hash: str,
+    principal: str | None,
+    version: int,
+    staged: str,
+    ict: int,
+    batch_size: int,
+) -> TableRow:
+    """The row of a table proposed for ownership at `version`: nothing ratified yet, its commit to be
+    settled by the filesystem (it lands put-if-absent, or a filesystem writer took the version)."""
+    return TableRow(
+        table_id, path, PROPOSED, token_hash, principal, version - 1, -1, version - 1, batch_size, version, staged, ict
+    )
 
 
 def backfill_due(row: TableRow, version: int, release: bool) -> bool:

@@ -28,12 +28,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import astuple
 from typing import Any
 
 from ... import failpoints
 from ...clock import Clock, SystemClock
 from ...errors import (
-    AlreadyExists,
     Corruption,
     FeedlogError,
     InvalidArgument,
@@ -47,7 +47,7 @@ from ..committer import LOG_DIR, CommitConflict, CommitResponse, Committed, comm
 from ..storage import LocalStorage
 from .confined import read_confined
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
-from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide
+from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide, decide_register, make_proposal
 from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
 
 #: table ids are UUIDs in practice; paths are bounded by the OS anyway
@@ -292,33 +292,25 @@ class LocalOwner:
             existing = self._settle(existing)
         with self._write() as db:
             row = self._row(table.table_id, db)
-            if row is not None and row.state != "released":
-                if row.proposal_version == version and row.proposal_file == staged:
-                    return Committed(version)  # a repeated request whose first answer was lost
-                raise AlreadyExists(f"table {shorten(table.table_id)} is already managed by this commit owner")
             other = db.execute(
                 "SELECT id FROM tables WHERE path = ? AND state != 'released' AND id != ?", (path, table.table_id)
             ).fetchone()
-            if other:
-                raise AlreadyExists(f"another table ({other[0]}) at {path} is managed by this commit owner")
+            if decide_register(row, other[0] if other else None, path, version, staged) is not None:
+                return Committed(version)  # a repeated request whose first answer was lost
+            proposal = make_proposal(
+                table.table_id,
+                path,
+                _hash(auth.token) if auth.token else "",
+                auth.principal,
+                version,
+                staged,
+                ict,
+                batch_size,
+            )
             db.execute("DELETE FROM commits WHERE table_id = ?", (table.table_id,))
             db.execute(
                 f"INSERT OR REPLACE INTO tables ({_COLUMNS}, updated_ms) VALUES ({', '.join('?' * 13)})",
-                (
-                    table.table_id,
-                    path,
-                    "proposed",
-                    _hash(auth.token) if auth.token else "",
-                    auth.principal,
-                    version - 1,
-                    -1,
-                    version - 1,
-                    batch_size,
-                    version,
-                    staged,
-                    ict,
-                    self.clock.now_ms(),
-                ),
+                (*astuple(proposal), self.clock.now_ms()),
             )
         failpoints.point("owner.proposed")
         settled = self._settle(self._row(table.table_id))  # type: ignore[arg-type]
