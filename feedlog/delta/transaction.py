@@ -357,6 +357,8 @@ class Transaction:
                 return CommitResult(response.version, ict, attempt, state=after)
             if not response.retryable:
                 raise Conflict(f"commit of version {version} refused: {response.reason}")
+            if version == 0:  # a table's first commit has nothing to rebase onto: someone else created it
+                raise Conflict(f"version 0 was taken: {response.reason}")
             base = self._rebase(base, version)  # raises on a real conflict, even after the last attempt
             # Retry at once, with at most a millisecond of jitter: a loser that backs off longer comes
             # back staler and loses again, starving behind writers with fresher state.
