@@ -28,11 +28,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from feedlog.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 
 from .events import event
+
+if TYPE_CHECKING:  # imported by the serve command before gRPC is set up: grpc only for types here
+    import grpc
 
 #: the environment variable holding a write token, read by `feedlog serve` and by the client commands
 TOKEN_ENV = "FEEDLOG_PEER_TOKEN"
@@ -176,7 +179,7 @@ class Guard:
         )
         return " or ".join(ways) or "credentials this peer was not configured with (it takes no server-side writes)"
 
-    def principal(self, context: Any) -> str | None:
+    def principal(self, context: grpc.ServicerContext) -> str | None:
         """The authenticated caller, None if anonymous; PermissionDenied for a token that is not ours."""
         presented = [v for k, v in context.invocation_metadata() or () if k == "authorization"]
         if presented:
@@ -197,14 +200,14 @@ class Guard:
                 return f"cert:{cn[0].decode(errors='replace')}"
         return None
 
-    def client(self, context: Any, principal: str | None) -> str:
+    def client(self, context: grpc.ServicerContext, principal: str | None) -> str:
         """The rate-limit key: the principal, else the caller's IP address (any port)."""
         if principal:
             return principal
         peer = str(context.peer() or "unknown")
         return "addr:" + peer.rpartition(":")[0] if peer.count(":") >= 2 else "addr:" + peer
 
-    def writer(self, context: Any, what: str) -> str:
+    def writer(self, context: grpc.ServicerContext, what: str) -> str:
         """The principal making a server-side write (Put, PutStream, Create); raises if there is none."""
         principal = self.principal(context)
         if principal is None:
@@ -212,13 +215,13 @@ class Guard:
         self.writes.charge(principal)
         return principal
 
-    def appender(self, context: Any) -> str | None:
+    def appender(self, context: grpc.ServicerContext) -> str | None:
         """A signed Append: open to anyone (the signature authenticates it), but rate-limited per client."""
         principal = self.principal(context)
         self.writes.charge(self.client(context, principal))
         return principal
 
-    def may_create(self, context: Any, principal: str | None, key: bytes) -> None:
+    def may_create(self, context: grpc.ServicerContext, principal: str | None, key: bytes) -> None:
         """A stranger's Append at length 0 creates a feed only on a peer started with accept_new."""
         if principal is None and not self.accept_new:
             raise Unauthenticated(

@@ -6,12 +6,11 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
 
 log = logging.getLogger("feedlog.server")
 
 
-def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
+def event(name: str, level: int = logging.INFO, **fields: object) -> None:
     if log.isEnabledFor(level):
         log.log(level, json.dumps({"event": name, **fields}, default=str, separators=(",", ":")))
 

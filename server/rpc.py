@@ -10,10 +10,11 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from types import ModuleType
+from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -23,6 +24,9 @@ from feedlog.rpc import error_metadata, status_of
 from .events import event
 
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M", bound=Message)
+#: a servicer method: a request (or a stream of them) and the call's context in, a response (or a stream) out
+Handler: TypeAlias = Callable[[Message | Iterator[Message], grpc.ServicerContext], object]
 #: the longest status message a service sends
 MAX_STATUS_MESSAGE = 2000
 
@@ -30,39 +34,41 @@ MAX_STATUS_MESSAGE = 2000
 UNARY_HEADROOM = 8
 
 
-def abort(context: grpc.ServicerContext, err: FeedlogError) -> None:
+def abort(context: grpc.ServicerContext, err: FeedlogError) -> NoReturn:
+    """End the call with `err`'s status code, its message and trailers naming its kind (feedlog.rpc)."""
     context.set_trailing_metadata(error_metadata(err))
     # a backstop for every service: a message is status detail in the trailers, whose size limit
     # would turn an echo of a huge input into an opaque RESOURCE_EXHAUSTED (issue 13 item 15)
     context.abort(status_of(err), shorten(err, MAX_STATUS_MESSAGE))
+    raise AssertionError("ServicerContext.abort returned")  # it raises, always
 
 
 def unary(fn: F) -> F:
     @functools.wraps(fn)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+    def wrapper(self: object, request: Message, context: grpc.ServicerContext) -> object:
         try:
             return fn(self, request, context)
         except FeedlogError as e:
             abort(context, e)
         except ValueError as e:  # protobuf rejecting a field value
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, shorten(e, MAX_STATUS_MESSAGE))
+            abort(context, InvalidArgument(str(e)))
 
     return wrapper  # type: ignore[return-value]
 
 
-def _parse(cls: Any, raw: bytes) -> Any:
+def _parse(cls: type[M], raw: bytes) -> M:
     try:
         return cls.FromString(raw)
     except DecodeError as e:
         raise InvalidArgument(f"malformed {cls.DESCRIPTOR.full_name}: {e}") from None
 
 
-def _parsed(cls: Any, raws: Iterator[bytes]) -> Iterator[Any]:
+def _parsed(cls: type[M], raws: Iterator[bytes]) -> Iterator[M]:
     for raw in raws:
         yield _parse(cls, raw)
 
 
-def rpc_handler(service: Any, module: Any, name: str) -> grpc.GenericRpcHandler:
+def rpc_handler(service: object, module: ModuleType, name: str) -> grpc.GenericRpcHandler:
     """The service's method handlers, parsing requests here rather than in gRPC.
 
     gRPC answers a request its deserializer rejects with an opaque INTERNAL;
@@ -77,17 +83,19 @@ def rpc_handler(service: Any, module: Any, name: str) -> grpc.GenericRpcHandler:
         out = {"response_serializer": _serialize}
         if m.client_streaming:
 
-            def stream_h(raws: Iterator[bytes], ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
+            def stream_h(
+                raws: Iterator[bytes], ctx: grpc.ServicerContext, fn: Handler = fn, cls: type[Message] = cls
+            ) -> object:
                 return fn(_parsed(cls, raws), ctx)
 
             handlers[m.name] = grpc.stream_stream_rpc_method_handler(stream_h, **out)
         else:
 
-            def unary_h(raw: bytes, ctx: grpc.ServicerContext, fn: Any = fn, cls: Any = cls) -> Any:
+            def unary_h(raw: bytes, ctx: grpc.ServicerContext, fn: Handler = fn, cls: type[Message] = cls) -> object:
                 try:
                     request = _parse(cls, raw)
                 except InvalidArgument as e:
-                    ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                    abort(ctx, e)
                 return fn(request, ctx)
 
             make = grpc.unary_stream_rpc_method_handler if m.server_streaming else grpc.unary_unary_rpc_method_handler
@@ -95,7 +103,7 @@ def rpc_handler(service: Any, module: Any, name: str) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(desc.full_name, handlers)
 
 
-def _serialize(m: Any) -> bytes:
+def _serialize(m: Message | bytes) -> bytes:
     """A response message's bytes; a handler may yield them encoded already (service.FeedsService._messages)."""
     return m if isinstance(m, bytes) else bytes(m.SerializeToString())
 
@@ -112,7 +120,11 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
         self.limit = limit
         self._slots = threading.BoundedSemaphore(limit)
 
-    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
         h = continuation(details)
         if h is None or not (h.request_streaming or h.response_streaming):
             return h
@@ -120,7 +132,7 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
             field = "stream_stream" if h.request_streaming else "unary_stream"
             inner = getattr(h, field)
 
-            def stream_out(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            def stream_out(request: object, context: grpc.ServicerContext) -> Iterator[object]:
                 self._enter(context)
                 try:
                     yield from inner(request, context)
@@ -130,7 +142,7 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
             return h._replace(**{field: stream_out})
         inner_unary = h.stream_unary
 
-        def stream_in(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        def stream_in(requests: Iterator[object], context: grpc.ServicerContext) -> object:
             self._enter(context)
             try:
                 return inner_unary(requests, context)
@@ -193,7 +205,7 @@ def start_server(
     """
     streams = max(1, workers // 4) if max_streams is None else max_streams
     threads = max(workers, streams + UNARY_HEADROOM)
-    options: list[tuple[str, Any]] = [
+    options: list[tuple[str, int]] = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
@@ -226,7 +238,7 @@ def start_server(
 
 
 class Startable(Protocol):
-    def start(self) -> Any: ...
+    def start(self) -> object: ...
 
     def stop(self) -> None: ...
 

@@ -21,6 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from feedlog.errors import (
     Conflict,
@@ -30,7 +31,6 @@ from feedlog.errors import (
     StaleLength,
     Unavailable,
     Unsupported,
-    shorten,
 )
 from feedlog.log import merkle
 from feedlog.log.feed import Write
@@ -44,8 +44,8 @@ from .events import event
 from .flow import InFlight
 from .group_commit import Result
 from .host import FeedHost, HostedFeed
-from .rpc import MAX_STATUS_MESSAGE, unary
 from .rpc import abort as _abort
+from .rpc import unary
 
 DEFAULT_MESSAGE_BYTES = 1 << 20
 MAX_MESSAGE_BUDGET = 16 << 20
@@ -61,13 +61,15 @@ def streaming(fn: F) -> F:
     """Errors of a response stream as status codes (the stream cap is the server's: rpc.StreamCap)."""
 
     @functools.wraps(fn)
-    def wrapper(self: FeedsService, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def wrapper(
+        self: FeedsService, request: Message | Iterator[Message], context: grpc.ServicerContext
+    ) -> Iterator[Message | bytes]:
         try:
             yield from fn(self, request, context)
         except FeedlogError as e:
             _abort(context, e)
-        except ValueError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, shorten(e, MAX_STATUS_MESSAGE))
+        except ValueError as e:  # protobuf rejecting a field value
+            _abort(context, InvalidArgument(str(e)))
 
     return wrapper  # type: ignore[return-value]
 
@@ -303,6 +305,6 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
 
 def write_of(p: pb.Put) -> Write:
-    value: Any = dict(p.stat) if p.stat else p.value
+    value: bytes | dict[str, int] = dict(p.stat) if p.stat else p.value
     policy = TimestampPolicy.parse(p.timestamps) if p.timestamps else None
     return Write(p.key, None if p.deleted else value, p.deleted, p.ttl_ms or None, policy)

@@ -310,7 +310,7 @@ def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
-def remote_info(ns: argparse.Namespace) -> dict[str, Json]:
+def remote_info(ns: argparse.Namespace) -> Mapping[str, Json]:
     address, client = client_for(ns, ns.path)
     with client:
         return wire.info_json(client.info(address.key))

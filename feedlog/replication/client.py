@@ -17,9 +17,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from ..errors import Corruption, FeedlogError, InvalidArgument, Unavailable
 from ..log.feed import Appended, Write
@@ -35,6 +36,15 @@ DEFAULT_TIMEOUT = 30.0
 #: makes a reader wait only while its in-flight budget is spent, for 30 s at most: flow.InFlight)
 READ_IDLE_SECONDS = 60.0
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class ResponseStream(Protocol[T_co]):
+    """A gRPC call streaming responses: iterate it for them; `cancel()` from any thread ends it."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def cancel(self) -> bool: ...
 
 
 class FeedClient:
@@ -71,13 +81,13 @@ class FeedClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, fn: Callable[..., Any], request: Any, timeout: float | None = None, *, write: bool = False) -> Any:
+    def _call(self, fn: Callable[..., T], request: Message, timeout: float | None = None, *, write: bool = False) -> T:
         try:
             return fn(request, timeout=timeout or self.timeout, metadata=self.auth if write else None)
         except grpc.RpcError as e:
             raise error_of(e, self.target) from None
 
-    def _stream(self, it: Iterator[T], idle: float | None = None) -> Iterator[T]:
+    def _stream(self, it: ResponseStream[T], idle: float | None = None) -> Iterator[T]:
         """Messages of a response stream, errors as FeedlogErrors; with `idle`, a peer that sends
         nothing for that long is given up on (a bounded read must keep coming; tails may wait)."""
         watch = _IdleWatch(it, idle) if idle is not None else None
@@ -139,8 +149,8 @@ class FeedClient:
         resp = self._call(self.stub.Put, pb.PutRequest(feed=feed, entries=wire.puts_pb(writes)), timeout, write=True)
         return [appended_of(a) for a in resp.appended]
 
-    def producer(self, feed: bytes, **kw: Any) -> Producer:
-        return Producer(self, feed, **kw)
+    def producer(self, feed: bytes, *, max_batch: int = 1000, max_in_flight: int = 32) -> Producer:
+        return Producer(self, feed, max_batch=max_batch, max_in_flight=max_in_flight)
 
     # ---- streams ----------------------------------------------------------------------
 
@@ -170,7 +180,7 @@ class FeedClient:
 class Subscription:
     """A live tail; iterate for `ReadResponse`s, `cancel()` from any thread to end it."""
 
-    def __init__(self, client: FeedClient, call: Any) -> None:
+    def __init__(self, client: FeedClient, call: ResponseStream[pb.ReadResponse]) -> None:
         self._client = client
         self._call = call
 
@@ -330,7 +340,7 @@ class Producer:
 class _IdleWatch:
     """Cancels a gRPC call that has gone `idle` seconds without a message (one thread per call)."""
 
-    def __init__(self, call: Any, idle: float) -> None:
+    def __init__(self, call: ResponseStream[object], idle: float) -> None:
         self.call, self.idle, self.fired = call, idle, False
         self._last = time.monotonic()
         self._done = threading.Event()

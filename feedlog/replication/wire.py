@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from .. import errors
 from ..log.core import Segment
 from ..log.crypto import HASH_SIZE, SIGNATURE_SIZE
+from ..log.feed import Write
 from ..log.merkle import Node, Proof, TreeState
 from ..pb import feeds_pb2 as pb
 
@@ -93,7 +93,7 @@ def proof_of(m: pb.ProofResponse) -> Proof:
     return Proof(m.seq, bytes(m.block), tuple(nodes_of(m.path)), tuple(nodes_of(m.roots)), state_of(m.state))
 
 
-def info_json(m: pb.FeedInfo) -> dict[str, Any]:
+def info_json(m: pb.FeedInfo) -> dict[str, str | int | bool | None]:
     """GetInfo as the same JSON object `feedlog info --json` prints for a local feed."""
     return {
         "key": m.key.hex() if m.key else None,
@@ -110,7 +110,7 @@ def info_json(m: pb.FeedInfo) -> dict[str, Any]:
     }
 
 
-def puts_pb(writes: Sequence[Any]) -> list[pb.Put]:
+def puts_pb(writes: Sequence[Write]) -> list[pb.Put]:
     """`Write`s as wire puts (the server re-validates everything)."""
     out = []
     for n, w in enumerate(writes):
