@@ -11,7 +11,7 @@ import os
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyarrow as pa
 
@@ -40,7 +40,21 @@ from .timeline import HistoryEntry, Timeline, ict_version_at
 from .transaction import CommitResult, Transaction
 from .writer import WriteOptions, write_files
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.12+; annotations only
+
 _FILESYSTEM = FilesystemCommitter()
+
+
+class Components(TypedDict, total=False):
+    """What `DeltaTable` is built from besides its location (see `DeltaTable.__init__`)."""
+
+    committer: Committer | None
+    owner_token: str | None
+    owner_tls: object | None
+    clock: Clock | None
+    new_id: Callable[[], str] | None
+    max_commit_attempts: int
 
 
 class DeltaTable:
@@ -100,7 +114,7 @@ class DeltaTable:
         description: str | None = None,
         in_commit_timestamps: bool = True,
         owner: Binding | str | None = None,
-        **components: Any,
+        **components: Unpack[Components],
     ) -> DeltaTable:
         """A new table at `location`; in-commit timestamps are on unless turned off.
 
@@ -135,14 +149,20 @@ class DeltaTable:
         return table
 
     @classmethod
-    def open(cls, location: Storage | str | os.PathLike[str], **components: Any) -> DeltaTable:
+    def open(
+        cls,
+        location: Storage | str | os.PathLike[str],
+        *,
+        owner: Binding | str | Sequence[Binding | str] | None = None,
+        **components: Unpack[Components],
+    ) -> DeltaTable:
         """An existing table; TableNotFound (a NotFound) if there is none.
 
         `owner=` names the commit owner(s) to trust (a `Binding`, 'grpc://HOST:PORT' or a database
         file, or several; default $FEEDLOG_OWNER): a managed table whose owner is not among them is
         read from its backfilled log, with an `OwnerNotConsulted` warning, and cannot be written.
         """
-        table = cls(location, **components)
+        table = cls(location, owner=owner, **components)
         # the log alone: opening asks no owner (a writer's first read does; a reader's asks a trusted one)
         load_protocol_metadata(table.storage, list_log(table.storage))
         return table

@@ -13,7 +13,7 @@ import pytest
 from feedlog.delta import CommitConflict, Committed, DeltaTable
 from feedlog.delta.actions import encode_commit
 from feedlog.delta.committer import commit_path
-from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
+from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, ManagedCommitter, TableRef, staged_name
 from feedlog.delta.managed.sqlite import LocalOwner
 from feedlog.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from tests.delta.conftest import deltalake_read, deltalake_version, duckdb_read
@@ -80,6 +80,7 @@ def test_a_commit_whose_answer_was_lost_is_recognised_as_ours(owner: Owner) -> N
     t = owner.create(batch_size=100)  # nothing is backfilled: only the owner knows what won
     t.append(batch([0]))
     committer = t.committer_for(t.snapshot().protocol, t.snapshot().metadata)
+    assert isinstance(committer, ManagedCommitter)
     committer.owner = LostAnswers(committer.owner, 1)
     r = t.append(batch([1]))  # the retry is told version 2 is taken: by our own staged file
     assert r.version == 2 and r.attempts == 1
