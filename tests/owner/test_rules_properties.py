@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from feedlog.delta.managed.protocol import FEEDLOG_OWNER, Binding
 from feedlog.delta.managed.rules import (
     ACTIVE,
+    PROPOSED,
     RELEASED,
     RELEASING,
     Outcome,
@@ -29,9 +30,11 @@ from feedlog.delta.managed.rules import (
     Route,
     TableRow,
     decide,
+    decide_register,
+    make_proposal,
     route,
 )
-from feedlog.errors import Corruption, FeedlogError, InvalidArgument
+from feedlog.errors import AlreadyExists, Corruption, FeedlogError, InvalidArgument
 
 T0 = 1_790_000_000_000
 KEEPS_OWNER = Binding(FEEDLOG_OWNER)
@@ -66,6 +69,10 @@ def requests(draw: st.DrawFn, row: TableRow) -> RatifyRequest:
     staged = draw(st.sampled_from(NAMES))
     recorded = draw(st.sampled_from((None, *NAMES))) if version <= row.latest else None
     return RatifyRequest(version, staged, ict, draw(st.booleans()), recorded, draw(st.sampled_from(VERDICTS)))
+
+
+def make_proposal_for(version: int, staged: str) -> TableRow:
+    return make_proposal("table-id", "/tables/t", "hash", None, version, staged, T0, 1)
 
 
 rows_and_requests = rows.flatmap(lambda r: st.tuples(st.just(r), requests(r)))
@@ -263,6 +270,42 @@ def test_a_random_request_sequence_never_ratifies_two_commits_for_one_version(pl
     assert sorted(history) == list(range(row.latest + 1))  # contiguous: no version skipped, none doubled
     icts = [history[v][1] for v in sorted(history)]
     assert icts == sorted(set(icts))  # in-commit timestamps strictly increase with the version
+
+
+# ---- registration ------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(
+    st.none() | rows | st.builds(make_proposal_for, st.integers(0, 50), st.sampled_from(NAMES)),
+    st.none() | st.just("another-table-id"),
+    st.integers(0, 50),
+    st.sampled_from(NAMES),
+)
+def test_registration_proposes_repeats_or_refuses(
+    row: TableRow | None, other_at_path: str | None, version: int, staged: str
+) -> None:
+    if row is not None and row.state != RELEASED:
+        # the table is managed here (or being registered): only the very same proposal is a repeat
+        if row.proposal_version == version and row.proposal_file == staged:
+            assert decide_register(row, other_at_path, "/tables/t", version, staged) == Repeat(version)
+        else:
+            with pytest.raises(AlreadyExists):
+                decide_register(row, other_at_path, "/tables/t", version, staged)
+    elif other_at_path is not None:  # one managed table per path
+        with pytest.raises(AlreadyExists, match="another table"):
+            decide_register(row, other_at_path, "/tables/t", version, staged)
+    else:
+        assert decide_register(row, other_at_path, "/tables/t", version, staged) is None
+
+
+@SETTINGS
+@given(st.integers(0, 50), st.sampled_from(NAMES), st.integers(T0, T0 + 10**6), st.integers(1, 5))
+def test_a_proposal_has_nothing_ratified_and_repeats_itself(version: int, staged: str, ict: int, batch: int) -> None:
+    row = make_proposal("table-id", "/tables/t", "hash", None, version, staged, ict, batch)
+    assert (row.state, row.latest, row.backfilled) == (PROPOSED, version - 1, version - 1)
+    assert (row.proposal_version, row.proposal_file, row.proposal_ict, row.batch_size) == (version, staged, ict, batch)
+    assert decide_register(row, None, "/tables/t", version, staged) == Repeat(version)  # its answer was lost
 
 
 # ---- routing -----------------------------------------------------------------------------------
