@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..clock import Clock, SystemClock
 from ..errors import AlreadyExists, Conflict, InvalidArgument
+from ..rpc import Tls
 from .actions import ENABLE_ICT, ICT, MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Add, Metadata, Protocol
 from .committer import Committer, FilesystemCommitter
 from .log import (
@@ -51,7 +52,7 @@ class Components(TypedDict, total=False):
 
     committer: Committer | None
     owner_token: str | None
-    owner_tls: object | None
+    owner_tls: Tls | None
     clock: Clock | None
     new_id: Callable[[], str] | None
     max_commit_attempts: int
@@ -72,7 +73,7 @@ class DeltaTable:
         *,
         committer: Committer | None = None,
         owner_token: str | None = None,
-        owner_tls: object | None = None,
+        owner_tls: Tls | None = None,
         owner: Binding | str | Sequence[Binding | str] | None = None,
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,

@@ -10,8 +10,9 @@
 commit owner, exactly once per feed range; `audit.py` proves a table's rows
 are the signed feeds; `ingest.py` is the job behind `feedlog ingest`.
 
-Importing this package points PySpark's Python workers at this interpreter
-(`PYSPARK_PYTHON`), so executors find feedlog and its dependencies.
+`spark_session` points PySpark's Python workers at this interpreter
+(`PYSPARK_PYTHON`, unless already set), so executors find feedlog and its
+dependencies; importing the package changes nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +20,6 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any
-
-# workers started by the JVM run `python3` from PATH unless told otherwise, which may lack our packages
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-# local Spark binds its driver and block manager to loopback, not to whatever the host name resolves to
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 _LOG4J = os.path.join(os.path.dirname(__file__), "log4j2.properties")
 #: start-up settings measured to matter on small machines (FIELD-NOTES: ~2x faster cold start)
@@ -42,6 +38,10 @@ def spark_session(master: str | None = None, app_name: str = "feedlog", **conf: 
     """A SparkSession (local[*] unless `master`) with the feedlog data sources registered."""
     from pyspark.sql import SparkSession
 
+    # workers started by the JVM run `python3` from PATH unless told otherwise, which may lack our packages
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # local Spark binds its driver and block manager to loopback, not to whatever the host name resolves to
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("FEEDLOG_SPARK_MASTER", "local[*]")
     )

@@ -1,6 +1,6 @@
 """`GrpcOwner`: the `CommitOwner` interface over the `feedlog.owner.CommitOwner` gRPC service.
 
-Status codes become the library's typed errors (`replication.wire`, one
+Status codes become the library's typed errors (`feedlog.rpc`, one
 mapping for every service); a call the owner did not answer (UNAVAILABLE,
 DEADLINE_EXCEEDED) is `Unavailable`, which `ManagedCommitter` resolves by
 asking again with the same staged file.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from ...errors import InvalidArgument
 from ...pb import owner_pb2 as pb
@@ -23,7 +24,7 @@ from .protocol import Auth, Commits, RatifiedCommit, TableRef, TableStatus
 
 T = TypeVar("T")
 
-_SHARED: dict[tuple[str, Any], GrpcOwner] = {}
+_SHARED: dict[tuple[str, Tls | None], GrpcOwner] = {}
 _SHARED_LOCK = threading.Lock()
 
 
@@ -51,7 +52,7 @@ class GrpcOwner:
         self.stub = pb_grpc.CommitOwnerStub(self.channel)
 
     @classmethod
-    def shared(cls, endpoint: str, tls: Any = None) -> GrpcOwner:
+    def shared(cls, endpoint: str, tls: Tls | None = None) -> GrpcOwner:
         """One channel per endpoint in a process (channels multiplex; opening one costs a handshake)."""
         with _SHARED_LOCK:
             owner = _SHARED.get((endpoint, tls))
@@ -59,7 +60,7 @@ class GrpcOwner:
                 owner = _SHARED[(endpoint, tls)] = cls(endpoint, tls)
             return owner
 
-    def _call(self, method: Callable[..., T], request: Any, auth: Auth | None = None) -> T:
+    def _call(self, method: Callable[..., T], request: Message, auth: Auth | None = None) -> T:
         md = (("authorization", f"Bearer {auth.token}"),) if auth is not None and auth.token else None
         try:
             return method(request, timeout=self.timeout, metadata=md)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ... import failpoints
 from ...errors import AlreadyExists, Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable, Unsupported
+from ...rpc import Tls
 from ..actions import OWNER_CONF, Action, CommitInfo, Metadata, Protocol
 from ..committer import CommitConflict, CommitResponse, Committed, FilesystemCommitter, commit_path
 from ..storage import FileInfo, Storage
@@ -25,7 +26,7 @@ _LOCAL_OWNERS: dict[str, CommitOwner] = {}
 _FILESYSTEM = FilesystemCommitter()
 
 
-def resolve_owner(binding: Binding, tls: object | None = None) -> CommitOwner:
+def resolve_owner(binding: Binding, tls: Tls | None = None) -> CommitOwner:
     """A client for the owner a table names (one per database file / endpoint in a process)."""
     if binding.name != FEEDLOG_OWNER:
         raise Unsupported(f"commit owner {binding.name!r} is not one feedlog can talk to (only {FEEDLOG_OWNER!r})")

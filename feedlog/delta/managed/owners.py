@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 
 from ...errors import Unavailable
+from ...rpc import Tls
 from ..actions import Metadata, Protocol
 from ..storage import FileInfo, Storage
 from .committer import ManagedCommitter, Router, resolve_owner
@@ -40,7 +41,7 @@ class Owners:
         self,
         owner: Binding | str | Sequence[Binding | str] | None = None,
         token: str | None = None,
-        tls: object | None = None,
+        tls: Tls | None = None,
     ) -> None:
         #: the commit owners this handle may talk to (default $FEEDLOG_OWNER)
         self.trusted: list[Binding] = list(trusted_owners(owner))
