@@ -185,15 +185,14 @@ class TableState:
             raise Corruption(f"commit {version} has more than one protocol or metaData action")
         if version == 0 and not (protocols and metadatas):
             raise Corruption("commit 0 lacks the protocol or metaData action a new table needs")
+        protocol = protocols[0] if protocols else self.protocol
+        metadata = metadatas[0] if metadatas else self.metadata
         if protocols:
             check_readable(protocols[0])
-            self.protocol = protocols[0]
-        if metadatas:
-            self.metadata = metadatas[0]
-        previous_ict = self.ict
+        if ict_enabled(protocol, metadata):  # checked before anything changes: a refused commit leaves no trace
+            _check_ict(protocol, metadata, version, actions, self.ict)
+        self.protocol, self.metadata = protocol, metadata
         self.commit_info = self.commit_info_of(actions)
-        if ict_enabled(self.protocol, self.metadata):
-            self._check_ict(version, actions, previous_ict)
         for a in actions:
             if isinstance(a, Add):
                 self.files[a.path] = a
@@ -210,24 +209,6 @@ class TableState:
                     self.domains[a.domain] = a
         self.version = version
 
-    def _check_ict(self, version: int, actions: Sequence[Action], previous_ict: int | None) -> None:
-        enablement = ict_enablement(self.protocol, self.metadata)
-        if enablement is None or version < enablement.version:
-            return
-        # ICT writer requirements 1-3: commitInfo first, with an integer inCommitTimestamp.
-        first = actions[0] if actions else None
-        if not isinstance(first, CommitInfo) or first.in_commit_timestamp is None:
-            raise Corruption(
-                f"commit {version} lacks the commitInfo-with-inCommitTimestamp first action that "
-                "in-commit timestamps require: the table is corrupt"
-            )
-        # ICTs strictly increase; time travel's binary search depends on it.
-        if previous_ict is not None and first.in_commit_timestamp <= previous_ict:
-            raise Corruption(
-                f"commit {version} has inCommitTimestamp {first.in_commit_timestamp}, not after the "
-                f"previous commit's {previous_ict}: the table is corrupt"
-            )
-
     def expire_tombstones(self, now_ms: int, retention_ms: int) -> None:
         """Drop tombstones older than the retention (PROTOCOL.md "Add File and Remove File")."""
         self.tombstones = {
@@ -235,3 +216,28 @@ class TableState:
             for p, r in self.tombstones.items()
             if r.deletion_timestamp is None or r.deletion_timestamp + retention_ms > now_ms
         }
+
+
+def _check_ict(
+    protocol: Protocol | None,
+    metadata: Metadata | None,
+    version: int,
+    actions: Sequence[Action],
+    previous_ict: int | None,
+) -> None:
+    enablement = ict_enablement(protocol, metadata)
+    if enablement is None or version < enablement.version:
+        return
+    # ICT writer requirements 1-3: commitInfo first, with an integer inCommitTimestamp.
+    first = actions[0] if actions else None
+    if not isinstance(first, CommitInfo) or first.in_commit_timestamp is None:
+        raise Corruption(
+            f"commit {version} lacks the commitInfo-with-inCommitTimestamp first action that "
+            "in-commit timestamps require: the table is corrupt"
+        )
+    # ICTs strictly increase; time travel's binary search depends on it.
+    if previous_ict is not None and first.in_commit_timestamp <= previous_ict:
+        raise Corruption(
+            f"commit {version} has inCommitTimestamp {first.in_commit_timestamp}, not after the "
+            f"previous commit's {previous_ict}: the table is corrupt"
+        )

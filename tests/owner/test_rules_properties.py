@@ -308,13 +308,6 @@ def test_a_proposal_has_nothing_ratified_and_repeats_itself(version: int, staged
     assert decide_register(row, None, "/tables/t", version, staged) == Repeat(version)  # its answer was lost
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decide treats a proposed row as active: a commit at the proposal's version is ratified "
-    "(latest is version - 1, latest_ict -1) although the registration of that version is still to "
-    "settle; the engine settles proposals before deciding, but a registration can insert its proposal "
-    "between that and decide's transaction, and then both are answered Committed for one version",
-)
 @SETTINGS
 @given(st.integers(1, 50), st.sampled_from(NAMES), st.data())
 def test_a_proposal_still_to_settle_ratifies_nothing(version: int, proposed: str, data: st.DataObject) -> None:

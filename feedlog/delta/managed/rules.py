@@ -89,15 +89,20 @@ Outcome = Ratify | Repeat | Refuse
 
 
 def decide(row: TableRow, request: RatifyRequest) -> Outcome:
-    """Ratification. In order: a released table takes nothing; a taken version is a (retryable)
-    conflict unless it is this very staged file; a releasing table takes nothing more; a version
-    beyond latest + 1 would leave a gap; then the staged file must be acceptable (it keeps this
-    owner, or removes it for a release) and its in-commit timestamp must exceed the previous
-    commit's (ICT writer requirement: strictly increasing).
+    """Ratification. In order: a table whose registration is unsettled, or that was released, takes
+    nothing; a taken version is a (retryable) conflict unless it is this very staged file; a
+    releasing table takes nothing more; a version beyond latest + 1 would leave a gap; then the
+    staged file must be acceptable (it keeps this owner, or removes it for a release) and its
+    in-commit timestamp must exceed the previous commit's (ICT writer requirement: strictly
+    increasing).
 
     Raises InvalidArgument (or the staged file's error) for a request that can never succeed.
     """
     v = request.version
+    if row.state == PROPOSED:
+        # registration is not settled: until its commit is known to have landed, nothing is ratified
+        # (its row says latest = version - 1, and a commit there would be answered twice)
+        return Refuse(CommitConflict(v, True, "the table is being registered with this owner: re-read it"))
     if row.state == RELEASED:
         reason = f"the table was converted to a filesystem table at version {row.latest}: re-read it"
         return Refuse(CommitConflict(v, v <= row.latest, reason))
