@@ -48,7 +48,12 @@ CommitResponse = Committed | CommitConflict
 
 class Committer(Protocol):
     def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
-        """Make `data` (the encoded `actions`) version `version`, or report a conflict."""
+        """Make `data` (the encoded `actions`) version `version`, or report a conflict.
+
+        Callers commit the version after the one they read, never beyond: the filesystem committer
+        cannot tell a gap (put-if-absent does not know the latest), and readers then report the log
+        as corrupt; a commit owner refuses a gap as a non-retryable conflict. The contract suite
+        (tests/delta/test_committer_contract.py) holds every committer to this."""
         ...
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
