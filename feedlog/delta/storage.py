@@ -103,7 +103,7 @@ class LocalStorage:
         try:
             with open(self._abs(path), "rb") as f:
                 return f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a path under a file does not exist either
             raise NotFound(f"{self._abs(path)} does not exist") from None
         except OSError as e:
             raise Unavailable(f"cannot read {self._abs(path)}: {e.strerror}") from None
@@ -111,8 +111,10 @@ class LocalStorage:
     def stat(self, path: str) -> FileInfo:
         try:
             st = os.stat(self._abs(path))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise NotFound(f"{self._abs(path)} does not exist") from None
+        except OSError as e:
+            raise Unavailable(f"cannot stat {self._abs(path)}: {e.strerror}") from None
         return FileInfo(path, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def _write_temp(self, path: str, data: bytes) -> str:

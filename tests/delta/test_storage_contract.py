@@ -79,6 +79,14 @@ def test_missing_files_are_not_found(storage: Storage) -> None:
             storage.stat(path)
 
 
+def test_a_path_under_a_file_is_not_found(storage: Storage) -> None:
+    assert storage.put_if_absent("plain", b"x")
+    with pytest.raises(NotFound):
+        storage.read("plain/child")
+    with pytest.raises(NotFound):
+        storage.stat("plain/child")
+
+
 def test_read_returns_exactly_the_bytes_written(storage: Storage) -> None:
     every_byte = bytes(range(256)) * 3
     assert storage.put_if_absent("bin", every_byte)
