@@ -219,7 +219,8 @@ def _coarse_kind(code: grpc.StatusCode, detail: str, md: dict[str, str]) -> type
         if RETRY_AFTER_METADATA in md:
             return errors.ResourceExhausted
         if "message" not in detail.lower():
-            return errors.Unavailable  # too many streams: retry later
+            # too many calls or streams at once ("Concurrent RPC limit exceeded!"): retry shortly
+            return errors.ResourceExhausted
     if code == grpc.StatusCode.UNAUTHENTICATED and md.get(AUTH_METADATA[0]) == AUTH_METADATA[1]:
         return errors.Unauthenticated
     if code == grpc.StatusCode.FAILED_PRECONDITION and LENGTH_METADATA in md:

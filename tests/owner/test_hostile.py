@@ -123,7 +123,12 @@ def test_many_staged_fifos_do_not_take_every_worker(tmp_path: Path) -> None:
             b.append(batch([1]))
             assert time.monotonic() - started < 3
             codes = [f.exception().code() for f in futures]
-            assert set(codes) == {grpc.StatusCode.INVALID_ARGUMENT}, codes
+            # Each FIFO is refused at once (a worker blocked on one would end in DEADLINE_EXCEEDED).
+            # The server admits at most its threads (10 here) at a time and refuses the rest for load,
+            # which is bounded behaviour too: 12 calls at once may see one or two of those.
+            refused = codes.count(grpc.StatusCode.INVALID_ARGUMENT)
+            assert set(codes) <= {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
+            assert refused >= 8, codes
         finally:
             for n in names:
                 with contextlib.suppress(OSError):

@@ -8,14 +8,16 @@ asking again with the same staged file.
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, ResourceExhausted
 from ...pb import owner_pb2 as pb
 from ...pb import owner_pb2_grpc as pb_grpc
 from ...rpc import Address, Tls, error_of, open_channel
@@ -26,6 +28,8 @@ T = TypeVar("T")
 
 _SHARED: dict[tuple[str, Tls | None], GrpcOwner] = {}
 _SHARED_LOCK = threading.Lock()
+#: attempts of a read refused for load (about 2 s of backoff in all)
+READ_RETRIES = 8
 
 
 def _ref(t: TableRef) -> pb.TableRef:
@@ -67,6 +71,18 @@ class GrpcOwner:
         except grpc.RpcError as e:
             raise error_of(e, f"commit owner {self.address}") from None
 
+    def _read(self, method: Callable[..., T], request: Message, auth: Auth | None = None) -> T:
+        """A call that changes nothing, repeated (briefly, with backoff) while the owner refuses it for
+        load: an owner at its concurrency limit answers at once with RESOURCE_EXHAUSTED."""
+        for attempt in range(READ_RETRIES):
+            try:
+                return self._call(method, request, auth)
+            except ResourceExhausted:
+                if attempt == READ_RETRIES - 1:
+                    raise
+                time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
     def register(
         self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, batch_size: int
     ) -> CommitResponse:
@@ -80,7 +96,7 @@ class GrpcOwner:
         return _outcome(self._call(self.stub.Release, _staged(table, version, staged, ict), auth))
 
     def get_commits(self, table: TableRef, start_version: int) -> Commits:
-        r = self._call(
+        r = self._read(
             self.stub.GetCommits, pb.GetCommitsRequest(table=_ref(table), start_version=max(0, start_version))
         )
         return Commits([RatifiedCommit(c.version, c.file, c.in_commit_timestamp) for c in r.commits], r.latest)
@@ -90,7 +106,7 @@ class GrpcOwner:
         return int(r.backfilled)
 
     def status(self, table_id: str, auth: Auth) -> TableStatus:
-        r = self._call(self.stub.Status, pb.StatusRequest(table_id=table_id), auth)
+        r = self._read(self.stub.Status, pb.StatusRequest(table_id=table_id), auth)
         return TableStatus(r.table_id, r.path, r.state, r.latest, r.backfilled, r.batch_size, r.tracked)
 
     def close(self) -> None:

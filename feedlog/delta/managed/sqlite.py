@@ -133,8 +133,14 @@ class LocalOwner:
         # Writers in this process queue here rather than in SQLite's busy handler, whose sleeps
         # (up to 100 ms) would dominate latency; other processes are still kept out by SQLite.
         self._write_lock = threading.Lock()
+        # Calls using a connection, counted so that `close` never closes one under a running call
+        # (the sqlite3 module crashes the process when a connection is closed during a statement).
+        self._busy = 0
+        self._closing = False
+        self._idle = threading.Condition()
         try:
-            self._db().executescript(_SCHEMA)
+            with self._using() as conn:
+                conn.executescript(_SCHEMA)
         except sqlite3.Error as e:
             raise Unavailable(f"cannot set up the commit owner's database {self.db}: {e}") from None
 
@@ -156,9 +162,22 @@ class LocalOwner:
         return conn
 
     @contextmanager
+    def _using(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, for the duration of one call."""
+        with self._idle:
+            if self._closing:
+                raise Unavailable(f"the commit owner on {self.db} is shutting down")
+            self._busy += 1
+        try:
+            yield self._db()
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._db()
-        with self._write_lock:
+        with self._using() as conn, self._write_lock:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
@@ -176,7 +195,8 @@ class LocalOwner:
 
     def _read(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
         try:
-            return self._db().execute(sql, args).fetchall()
+            with self._using() as conn:
+                return conn.execute(sql, args).fetchall()
         except sqlite3.Error as e:
             raise Unavailable(f"commit owner database {self.db}: {e}") from None
 
@@ -185,12 +205,26 @@ class LocalOwner:
         rows = conn.execute(sql, args).fetchall() if conn else self._read(sql, args)
         return TableRow(*rows[0]) if rows else None
 
-    def close(self) -> None:
-        with self._conns_lock:
-            for c in self._conns:
-                c.close()
-            self._conns.clear()
-        self._local = threading.local()
+    def close(self, timeout: float = 30.0) -> None:
+        """Close every connection once no call is using one (calls starting meanwhile are refused as
+        Unavailable). If calls are still running after `timeout` seconds, their connections are
+        left to be closed when collected: closing one under a running statement crashes the process.
+        The owner may be used again afterwards (it reconnects)."""
+        with self._idle:
+            self._closing = True
+            idle = self._idle.wait_for(lambda: self._busy == 0, timeout)
+            try:
+                if idle:
+                    with self._conns_lock:
+                        for c in self._conns:
+                            c.close()
+                        self._conns.clear()
+                else:
+                    with self._conns_lock:
+                        self._conns.clear()
+                self._local = threading.local()
+            finally:
+                self._closing = False
 
     # ---- where tables may live -----------------------------------------------------------------
 
