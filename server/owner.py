@@ -1,10 +1,11 @@
-"""The commit owner as a gRPC service: `feedlog owner serve --db FILE --listen HOST:PORT --root DIR`.
+"""The commit owner as a gRPC service: `feedlog owner serve --db FILE|URL --listen HOST:PORT --root DIR`.
 
     owner = OwnerServer("owner.db", "127.0.0.1:0", roots=["/data/tables"]).start()
     owner.endpoint            # "grpc://127.0.0.1:40123", what tables name in delta.managedCommitOwnerConf
     owner.stop()
 
-The decisions are `LocalOwner`'s (one SQLite file, WAL); this layer turns
+The decisions are `LocalOwner`'s (its state in one SQLite file, or in a
+PostgreSQL database that several owner processes share); this layer turns
 messages into calls, the bearer token / client certificate into `Auth`, and
 errors into status codes. On start it settles proposals and backfills what a
 crash left behind, so killing the owner mid-backfill loses nothing.
@@ -166,7 +167,7 @@ class OwnerServer:
         event(
             "owner_serving",
             address=self.address,
-            db=os.path.abspath(self.db),
+            db=self.owner.db,  # a file's absolute path, or the URL without its password
             roots=self.roots,
             tls="mutual" if self.tls and self.tls.client_ca else bool(self.tls),
             recovered=recovered,

@@ -70,7 +70,16 @@ def peer_arguments(p: argparse.ArgumentParser) -> None:
 
 def owner_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `feedlog owner serve`."""
-    p.add_argument("--db", required=True, metavar="FILE", help="the owner's SQLite database (created if missing)")
+    p.add_argument(
+        "--db",
+        "--db-url",
+        dest="db",
+        required=True,
+        metavar="FILE|URL",
+        help="the owner's state: a SQLite file, or postgresql://USER@HOST:PORT/DBNAME that several owner "
+        "processes may share (tables created if missing; give the password by PGPASSWORD or ~/.pgpass, "
+        "not on the command line)",
+    )
     p.add_argument("--listen", default="127.0.0.1:7070", metavar="HOST:PORT", help="default 127.0.0.1:7070")
     p.add_argument(
         "--root",

@@ -1,9 +1,12 @@
-"""The commit owner itself: ratification state in SQLite, backfill to the table's `_delta_log`.
+"""The commit owner itself: ratification state in a database, backfill to the table's `_delta_log`.
 
 `LocalOwner` is the in-process owner and also the engine of the gRPC service
-(`feedlog owner serve`), so both behave identically by construction. Several
-processes may open one database file: every decision is one SQLite write
-transaction (WAL mode, synchronous=FULL), never a Python lock.
+(`feedlog owner serve`), so both behave identically by construction. Its state
+lives in SQLite (a file path: `SqliteDatabase` below) or PostgreSQL (a
+`postgresql://` URL: postgres.py, where owner processes on several hosts share
+one database). Several processes may open one database: every decision is one
+write transaction of the database (SQLite: BEGIN IMMEDIATE, WAL mode,
+synchronous=FULL; PostgreSQL: advisory locks on the table), never only a Python lock.
 
 State per table (keyed by the metaData id; the path it was registered at must
 match on every call): `latest` ratified version and its ICT, `backfilled`
@@ -27,7 +30,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import astuple
 from typing import Any
 
@@ -46,6 +49,7 @@ from ..actions import MANAGED_COMMITS, OWNER_NAME
 from ..committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
 from ..storage import LocalStorage
 from .confined import read_confined
+from .database import Connection, Database, Tx
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
 from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide, decide_register, make_proposal
 from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
@@ -80,6 +84,66 @@ CREATE TABLE IF NOT EXISTS commits (
     PRIMARY KEY (table_id, version)
 ) WITHOUT ROWID;
 """
+
+
+class SqliteDatabase(Database):
+    """One SQLite file (WAL, synchronous=FULL); every write is BEGIN IMMEDIATE, one at a time."""
+
+    errors = (sqlite3.Error,)
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+        # Writers in this process queue here rather than in SQLite's busy handler, whose sleeps
+        # (up to 100 ms) would dominate latency; other processes are still kept out by SQLite.
+        self._write_lock = threading.Lock()
+
+    def _connect(self) -> Connection:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    @contextmanager
+    def _exclusive(self, tx: Tx, keys: Sequence[str]) -> Iterator[None]:
+        with self._write_lock:  # SQLite has one writer: the keys need no lock of their own
+            tx.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                tx.conn.execute("ROLLBACK")
+                raise
+            try:
+                tx.execute("COMMIT")
+            except BaseException:
+                tx.conn.execute("ROLLBACK")
+                raise
+
+    def setup(self) -> None:
+        with self.using() as tx:
+            try:
+                tx.conn.executescript(_SCHEMA)  # type: ignore[attr-defined]
+            except sqlite3.Error as e:
+                raise Unavailable(f"cannot set up the commit owner's database {self.name}: {e}") from None
+
+
+def open_database(db: str | os.PathLike[str]) -> Database:
+    """The owner's database: a `postgresql://` URL (PostgreSQL) or a file path (SQLite)."""
+    text = os.fspath(db)
+    from .postgres import PostgresDatabase, is_postgres  # psycopg loads only for an owner on PostgreSQL
+
+    if is_postgres(text):
+        database: Database = PostgresDatabase(text)
+    else:
+        if "://" in text:
+            raise InvalidArgument(f"commit owner database {shorten(text)!r}: use a file path or postgresql://...")
+        database = SqliteDatabase(os.path.abspath(text))
+    try:
+        database.setup()
+    except Unavailable as e:
+        raise Unavailable(f"cannot set up the commit owner's database {database.name}: {e}") from None
+    return database
 
 
 _COLUMNS = ", ".join(TableRow.__dataclass_fields__)
@@ -125,84 +189,22 @@ class LocalOwner:
     ) -> None:
         #: stamps rows and commits (`updated_ms`, `ratified_ms`): bookkeeping only, no decision reads it
         self.clock: Clock = clock or SystemClock()
-        self.db = os.path.abspath(os.fspath(db))
+        self.database = open_database(db)
+        #: the database, as messages name it (a file's absolute path; a URL without its password)
+        self.db = self.database.name
         self.roots = None if roots is None else [os.path.realpath(os.fspath(r)) for r in roots]
-        self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = []
-        self._conns_lock = threading.Lock()
-        # Writers in this process queue here rather than in SQLite's busy handler, whose sleeps
-        # (up to 100 ms) would dominate latency; other processes are still kept out by SQLite.
-        self._write_lock = threading.Lock()
-        # Calls using a connection, counted so that `close` never closes one under a running call
-        # (the sqlite3 module crashes the process when a connection is closed during a statement).
-        self._busy = 0
-        self._closing = False
-        self._idle = threading.Condition()
-        try:
-            with self._using() as conn:
-                conn.executescript(_SCHEMA)
-        except sqlite3.Error as e:
-            raise Unavailable(f"cannot set up the commit owner's database {self.db}: {e}") from None
 
-    # ---- SQLite --------------------------------------------------------------------------------
+    # ---- the database --------------------------------------------------------------------------
 
-    def _db(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            try:
-                os.makedirs(os.path.dirname(self.db), exist_ok=True)
-                conn = sqlite3.connect(self.db, timeout=30, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=FULL")
-            except (sqlite3.Error, OSError) as e:
-                raise Unavailable(f"cannot open the commit owner's database {self.db}: {e}") from None
-            self._local.conn = conn
-            with self._conns_lock:
-                self._conns.append(conn)
-        return conn
-
-    @contextmanager
-    def _using(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection, for the duration of one call."""
-        with self._idle:
-            if self._closing:
-                raise Unavailable(f"the commit owner on {self.db} is shutting down")
-            self._busy += 1
-        try:
-            yield self._db()
-        finally:
-            with self._idle:
-                self._busy -= 1
-                self._idle.notify_all()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._using() as conn, self._write_lock:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as e:
-                raise Unavailable(f"commit owner database {self.db}: {e}") from None
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as e:
-                conn.execute("ROLLBACK")
-                raise Unavailable(f"commit owner database {self.db}: {e}") from None
+    def _write(self, *keys: str) -> AbstractContextManager[Tx]:
+        return self.database.transaction(keys)
 
     def _read(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
-        try:
-            with self._using() as conn:
-                return conn.execute(sql, args).fetchall()
-        except sqlite3.Error as e:
-            raise Unavailable(f"commit owner database {self.db}: {e}") from None
+        return self.database.read(sql, args)
 
-    def _row(self, table_id: str, conn: sqlite3.Connection | None = None) -> TableRow | None:
+    def _row(self, table_id: str, tx: Tx | None = None) -> TableRow | None:
         sql, args = f"SELECT {_COLUMNS} FROM tables WHERE id = ?", (table_id,)
-        rows = conn.execute(sql, args).fetchall() if conn else self._read(sql, args)
+        rows = tx.rows(sql, args) if tx else self._read(sql, args)
         return TableRow(*rows[0]) if rows else None
 
     def close(self, timeout: float = 30.0) -> None:
@@ -210,21 +212,7 @@ class LocalOwner:
         Unavailable). If calls are still running after `timeout` seconds, their connections are
         left to be closed when collected: closing one under a running statement crashes the process.
         The owner may be used again afterwards (it reconnects)."""
-        with self._idle:
-            self._closing = True
-            idle = self._idle.wait_for(lambda: self._busy == 0, timeout)
-            try:
-                if idle:
-                    with self._conns_lock:
-                        for c in self._conns:
-                            c.close()
-                        self._conns.clear()
-                else:
-                    with self._conns_lock:
-                        self._conns.clear()
-                self._local = threading.local()
-            finally:
-                self._closing = False
+        self.database.close(timeout)
 
     # ---- where tables may live -----------------------------------------------------------------
 
@@ -324,7 +312,7 @@ class LocalOwner:
         existing = self._row(table.table_id)
         if existing is not None and existing.state == "proposed":
             existing = self._settle(existing)
-        with self._write() as db:
+        with self._write(table.table_id, "path:" + path) as db:
             row = self._row(table.table_id, db)
             other = db.execute(
                 "SELECT id FROM tables WHERE path = ? AND state != 'released' AND id != ?", (path, table.table_id)
@@ -342,8 +330,9 @@ class LocalOwner:
                 batch_size,
             )
             db.execute("DELETE FROM commits WHERE table_id = ?", (table.table_id,))
+            db.execute("DELETE FROM tables WHERE id = ?", (table.table_id,))
             db.execute(
-                f"INSERT OR REPLACE INTO tables ({_COLUMNS}, updated_ms) VALUES ({', '.join('?' * 13)})",
+                f"INSERT INTO tables ({_COLUMNS}, updated_ms) VALUES ({', '.join('?' * 13)})",
                 (*astuple(proposal), self.clock.now_ms()),
             )
         failpoints.point("owner.proposed")
@@ -368,7 +357,7 @@ class LocalOwner:
                 won = mine is not None and read_confined(storage.root, LOG_DIR, target.rsplit("/", 1)[1]) == mine
             except NotFound:
                 won = False  # neither the staged file nor the commit: nothing to install
-        with self._write() as db:
+        with self._write(row.id) as db:
             current = self._row(row.id, db)
             if current is None or current.state != "proposed" or current.proposal_file != row.proposal_file:
                 return current  # someone settled it meanwhile
@@ -406,7 +395,7 @@ class LocalOwner:
             checked = self._staged(storage, version, staged, ict, row.id)
         except FeedlogError as e:
             checked = e
-        with self._write() as db:
+        with self._write(row.id) as db:
             row = self._row(row.id, db)  # type: ignore[assignment]
             recorded = db.execute(
                 "SELECT file FROM commits WHERE table_id = ? AND version = ?", (row.id, version)
@@ -489,13 +478,14 @@ class LocalOwner:
             done = version
             failpoints.point("owner.backfilled_one")
         if done > row.backfilled or row.state == "releasing":
-            with self._write() as db:
+            with self._write(table_id) as db:
                 db.execute("DELETE FROM commits WHERE table_id = ? AND version <= ?", (table_id, done))
                 db.execute(
-                    "UPDATE tables SET backfilled = MAX(backfilled, ?), updated_ms = ?, "
+                    "UPDATE tables SET updated_ms = ?, "
+                    "backfilled = CASE WHEN backfilled > ? THEN backfilled ELSE ? END, "
                     "state = CASE WHEN state = 'releasing' AND latest <= ? THEN 'released' ELSE state END "
                     "WHERE id = ?",
-                    (done, self.clock.now_ms(), done, table_id),
+                    (self.clock.now_ms(), done, done, done, table_id),
                 )
             self._clean_staged(storage, done)
         return done
