@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 
 from ...errors import Corruption, InvalidArgument, PermissionDenied
+from ...rpc import SCHEME, Address
 from ..actions import MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Metadata, Protocol
 from ..committer import CommitResponse
 from ..replay import ict_enabled
@@ -88,9 +89,14 @@ class Binding:
 
     @classmethod
     def feedlog(cls, endpoint: str | None = None, db: str | None = None, batch_size: int | None = None) -> Binding:
-        """feedlog's owner: the gRPC service at `endpoint`, or the in-process owner on SQLite file `db`."""
+        """feedlog's owner: the gRPC service at `endpoint`, or the in-process owner on SQLite file `db`.
+
+        `endpoint` may list several processes serving one owner (sharing its PostgreSQL database):
+        `grpc://h1:7070,h2:7070`; a client tries the next when one is unreachable."""
         if (endpoint is None) == (db is None):
             raise InvalidArgument("name the commit owner by exactly one of a grpc:// endpoint or a database file")
+        if endpoint is not None and "," in endpoint:
+            owner_endpoints(endpoint)  # every member must be a grpc://HOST:PORT
         conf = {"endpoint": endpoint} if endpoint is not None else {"db": os.path.abspath(db or "")}
         if batch_size is not None:
             if batch_size < 1:
@@ -100,7 +106,8 @@ class Binding:
 
     @classmethod
     def parse(cls, spec: str, batch_size: int | None = None) -> Binding:
-        """'grpc://HOST:PORT' (the service) or a path to a SQLite file (in process)."""
+        """'grpc://HOST:PORT[,HOST:PORT...]' (the service, at one or several endpoints) or a path to a
+        SQLite file (in process)."""
         if spec.startswith("grpc://"):
             return cls.feedlog(endpoint=spec, batch_size=batch_size)
         if "://" in spec:
@@ -149,9 +156,44 @@ def trusted_owners(owner: Binding | str | Sequence[Binding | str] | None) -> tup
     return tuple(o if isinstance(o, Binding) else Binding.parse(o.strip()) for o in items)
 
 
+def owner_endpoints(endpoint: str) -> tuple[str, ...]:
+    """The members of an endpoint list, each as grpc://HOST:PORT: `grpc://h1:7070,h2:7070` (a member
+    without a scheme takes grpc://) names two processes serving one owner."""
+    members = [m.strip() for m in endpoint.split(",")]
+    if len(members) == 1:
+        return (endpoint,)
+    out = []
+    for m in members:
+        if not m:
+            raise InvalidArgument(f"commit owner endpoints {endpoint!r}: an empty member")
+        url = m if "://" in m else SCHEME + m
+        out.append(str(Address.parse(url)))
+    return tuple(out)
+
+
+def _members(binding: Binding) -> frozenset[tuple[str, str, str]]:
+    kind = binding.identity()
+    if kind[1] != "endpoint":
+        return frozenset([kind])
+    try:
+        return frozenset((kind[0], "endpoint", e) for e in owner_endpoints(kind[2]))
+    except InvalidArgument:
+        return frozenset([kind])  # a malformed list is only ever itself
+
+
 def is_trusted(binding: Binding, trusted: Sequence[Binding]) -> bool:
-    me = binding.identity()
-    return any(t.identity() == me for t in trusted)
+    """Whether every process `binding` may send a commit to is one this process trusts.
+
+    An endpoint list (`grpc://h1:7070,h2:7070`) is trusted when each of its members is: a client
+    may talk to any of them, so trusting only some would let a table route commits to an owner
+    nobody vouched for. A trusted list trusts each of its members, and
+    FEEDLOG_OWNER=grpc://h1:7070,grpc://h2:7070 trusts both (so a table naming either, or both, is
+    trusted)."""
+    mine = _members(binding)
+    vouched: set[tuple[str, str, str]] = set()
+    for t in trusted:
+        vouched |= _members(t)
+    return mine <= vouched
 
 
 def is_embedded(binding: Binding, location: str) -> bool:
