@@ -34,9 +34,10 @@ from .maintenance import cleanup_log, write_checkpoint
 from .managed.committer import ManagedCommitter
 from .managed.owners import Owners
 from .managed.protocol import Binding, TableStatus
+from .objectstore import open_storage
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .snapshot import Snapshot
-from .storage import LocalStorage, Storage
+from .storage import Storage
 from .timeline import HistoryEntry, Timeline, ict_version_at
 from .transaction import CommitResult, Transaction
 from .writer import WriteOptions, write_files
@@ -56,6 +57,7 @@ class Components(TypedDict, total=False):
     clock: Clock | None
     new_id: Callable[[], str] | None
     max_commit_attempts: int
+    storage_options: Mapping[str, str] | None
 
 
 class DeltaTable:
@@ -78,8 +80,11 @@ class DeltaTable:
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
         max_commit_attempts: int = 100,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
-        self.storage: Storage = LocalStorage(storage) if isinstance(storage, (str, os.PathLike)) else storage
+        #: a path is a local directory; an object-store URL (s3://, gs://, az://, file://, memory://)
+        #: is opened with `storage_options` (delta-rs's keys) and the environment; see objectstore.py
+        self.storage: Storage = open_storage(storage, storage_options)
         #: a committer that decides every commit (tests); by default the table's metadata decides:
         #: put-if-absent for filesystem tables, the commit owner it names for managed ones
         self.fixed_committer = committer

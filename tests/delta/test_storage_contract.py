@@ -1,7 +1,8 @@
 """The storage contract (feedlog/delta/storage.py's docstring), run against every implementation.
 
-Each contract is one test, parametrized over `LocalStorage` on a temporary directory and
-`MemoryStorage`; the Delta tables at the end show that the in-memory storage is enough for
+Each contract is one test, parametrized over `LocalStorage` on a temporary directory,
+`MemoryStorage`, and `ObjectStorage` on S3 (moto's server on loopback) and on obstore's memory
+store; the Delta tables at the end show that the in-memory storage is enough for
 the protocol, which keeps protocol tests off the disk.
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -18,14 +21,20 @@ from feedlog.clock import ManualClock, SystemClock
 from feedlog.delta import DeltaTable, Storage
 from feedlog.delta.log import list_log
 from feedlog.delta.maintenance import DAY_MS
+from feedlog.delta.objectstore import ObjectStorage
 from feedlog.delta.storage import LocalStorage, MemoryStorage
 from feedlog.errors import NotFound
 
 from .conftest import SCHEMA, T0, counter_ids, rows, sorted_rows
+from .s3 import s3_server  # noqa: F401 (a fixture)
 
-IMPLEMENTATIONS: dict[str, Callable[..., Storage]] = {
-    "local": lambda tmp_path: LocalStorage(tmp_path / "root"),
-    "memory": lambda tmp_path: MemoryStorage("contract"),
+IMPLEMENTATIONS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
+    "local": lambda request, tmp_path: LocalStorage(tmp_path / "root"),
+    "memory": lambda request, tmp_path: MemoryStorage("contract"),
+    "obstore-s3": lambda request, tmp_path: ObjectStorage(
+        request.getfixturevalue("s3_server").url("contract"), request.getfixturevalue("s3_server").options
+    ),
+    "obstore-memory": lambda request, tmp_path: ObjectStorage(f"memory://contract-{uuid.uuid4().hex}"),
 }
 
 COMMIT_1 = "_delta_log/00000000000000000001.json"
@@ -33,7 +42,7 @@ COMMIT_1 = "_delta_log/00000000000000000001.json"
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
 def storage(request: pytest.FixtureRequest, tmp_path) -> Storage:
-    return IMPLEMENTATIONS[request.param](tmp_path)
+    return IMPLEMENTATIONS[request.param](request, tmp_path)
 
 
 def run_threads(n: int, target: Callable[[int], None]) -> None:

@@ -1,0 +1,327 @@
+"""Tables on object stores (S3, GCS, Azure, file://, memory://) through obstore, and `open_storage`.
+
+obstore is the Python binding of the Rust `object_store` crate, the one delta-rs uses, so a
+URL and `storage_options` that work with delta-rs work here unchanged: the options are the
+same keys (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_ALLOW_HTTP`, `AZURE_STORAGE_ACCOUNT_NAME`,
+`GOOGLE_SERVICE_ACCOUNT`, ...), upper or lower case, and the usual environment variables fill
+in whatever the options leave out.
+
+The storage contract (storage.py) on an object store:
+
+- `put_if_absent` is a conditional create (`If-None-Match: *`); the store answers a second
+  create of one name with 412, which is `False` here. A store without conditional put (S3
+  with `AWS_CONDITIONAL_PUT=disabled`, an S3-compatible endpoint that ignores the header) cannot
+  decide a filesystem commit race: writing a commit file there raises `Unsupported` naming
+  managed commits, never a silent last-writer-wins. The first `put_if_absent` on each storage
+  checks the store really refuses a second create (a hidden probe object, deleted after).
+- `write_atomic` is a plain put: an object appears whole or not at all.
+- `list` is a delimited listing (direct children only), or a listing from `start_after`
+  (S3's start-after) with nested names dropped; hidden names are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    NotSupportedError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+    UnknownConfigurationKeyError,
+)
+from obstore.store import MemoryStore, ObjectStore, from_url
+
+from ..errors import FeedlogError, InvalidArgument, NotFound, PermissionDenied, Unavailable, Unsupported
+from .storage import FileInfo, LocalStorage, Storage
+
+#: the URL schemes ObjectStorage serves (obstore's names for the same stores included)
+OBJECT_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure", "file", "memory"})
+
+#: delta-rs options that configure the HTTP client, not the store (after the AWS_/AZURE_/GOOGLE_ prefix)
+_CLIENT_KEYS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "default_content_type",
+        "http1_only",
+        "http2_only",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "proxy_ca_certificate",
+        "proxy_excludes",
+        "randomize_addresses",
+        "timeout",
+        "user_agent",
+    }
+)
+#: delta-rs options about its own commit machinery (locking, unsafe rename), meaningless here
+_DELTA_RS_ONLY = frozenset(
+    {
+        "aws_s3_allow_unsafe_rename",
+        "aws_s3_locking_provider",
+        "delta_dynamo_table_name",
+        "dynamo_lock_table_name",
+        "aws_force_credential_load",
+        "mount_allow_unsafe_rename",
+    }
+)
+_RETRY_KEYS = frozenset({"max_retries", "retry_timeout"})
+_COMMIT_FILE = re.compile(r"(^|/)_delta_log/\d{20}\.json$")
+
+_memory_lock = threading.Lock()
+_memory_stores: dict[str, MemoryStore] = {}
+
+
+def _memory_store(name: str) -> MemoryStore:
+    """One MemoryStore per `memory://name` in a process, so opening a URL twice finds one table."""
+    with _memory_lock:
+        store = _memory_stores.get(name)
+        if store is None:
+            store = _memory_stores[name] = MemoryStore()
+        return store
+
+
+def scheme_of(location: str) -> str | None:
+    """The URL scheme of `location` ('s3'), or None for a plain path (Windows drive letters included)."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", location)
+    if m is None or (len(m.group(1)) == 1 and os.name == "nt"):
+        return None
+    return m.group(1).lower()
+
+
+def open_storage(location: Storage | str | os.PathLike[str], options: Mapping[str, str] | None = None) -> Storage:
+    """The Storage for `location`: a path is a LocalStorage (the embedded default), a URL with a
+    scheme in OBJECT_SCHEMES an ObjectStorage; a Storage is returned as it is. Any other URL
+    (`foo://x`, `s3:x`) is InvalidArgument, never taken as a local path."""
+    if not isinstance(location, (str, os.PathLike)):
+        if options:
+            raise InvalidArgument("storage options apply to a location URL, not to a Storage object")
+        return location
+    text = os.fspath(location)
+    scheme = scheme_of(text)
+    if scheme is None:
+        if options:
+            raise InvalidArgument(f"storage options apply to object-store URLs, not to the local path {text}")
+        return LocalStorage(text)
+    if scheme not in OBJECT_SCHEMES:
+        raise InvalidArgument(
+            f"unsupported storage URL scheme {scheme!r} in {text}: use a local path or one of "
+            "s3://, gs://, az://, abfss://, file://, memory://"
+        )
+    if not text[len(scheme) + 1 :].startswith("//"):
+        raise InvalidArgument(f"bad storage URL {text}: expected {scheme}://...")
+    return ObjectStorage(text, options)
+
+
+def _split_options(scheme: str, options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """delta-rs storage_options -> obstore's (store config, client options, retry config)."""
+    config: dict[str, str] = {}
+    client: dict[str, str] = {}
+    retry: dict[str, Any] = {}
+    for key, value in options.items():
+        k = key.lower()
+        bare = re.sub(r"^(aws_|azure_|google_)", "", k)
+        if k in _DELTA_RS_ONLY:
+            continue
+        if bare in _CLIENT_KEYS:
+            client[bare] = value
+        elif k in _RETRY_KEYS:
+            try:
+                retry[k] = int(value) if k == "max_retries" else timedelta(seconds=float(value.rstrip("s")))
+            except ValueError:
+                raise InvalidArgument(f"storage option {key}={value!r}: expected a number") from None
+        elif scheme == "memory":
+            raise InvalidArgument(f"storage option {key} does not apply to memory:// tables")
+        else:
+            config[key.upper() if k.startswith(("aws_", "azure_", "google_")) else k] = value
+    return config, client, retry
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class ObjectStorage:
+    """A table under a URL on an object store, through obstore (module docstring)."""
+
+    def __init__(self, url: str, options: Mapping[str, str] | None = None, *, store: ObjectStore | None = None) -> None:
+        self.url = url.rstrip("/")
+        scheme = scheme_of(self.url) or ""
+        self._scheme = scheme
+        config, client, retry = _split_options(scheme, options or {})
+        if store is not None:
+            self.store = store
+        elif scheme == "memory":
+            self.store = _memory_store(self.url[len("memory://") :])
+        else:
+            kwargs: dict[str, Any] = {}
+            if config:
+                kwargs["config"] = config
+            if client:
+                kwargs["client_options"] = client
+            if retry:
+                kwargs["retry_config"] = retry
+            target = self.url
+            if scheme == "file":
+                path = urlsplit(self.url).path
+                os.makedirs(path, exist_ok=True)  # obstore's LocalStore needs its root to exist
+                target = self.url + "/"
+            try:
+                self.store = from_url(target, **kwargs)
+            except UnknownConfigurationKeyError as e:
+                raise InvalidArgument(f"{self.url}: {_one_line(e)}") from None
+            except BaseException as e:  # obstore panics (pyo3 PanicException) on some bad input
+                if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+                    raise
+                raise InvalidArgument(f"bad storage URL or options for {self.url}: {_one_line(e)}") from None
+        self._probe_lock = threading.Lock()
+        self._conditional_put: bool | None = True if scheme == "memory" else None
+
+    @property
+    def location(self) -> str:
+        return self.url
+
+    def _where(self, path: str) -> str:
+        return f"{self.url}/{path}" if path else self.url
+
+    @contextmanager
+    def _errors(self, verb: str, path: str) -> Iterator[None]:
+        """obstore's exceptions -> feedlog's typed errors, one line naming the URL."""
+        try:
+            yield
+        except FeedlogError:
+            raise
+        except Exception as e:
+            if "NoSuchBucket" in str(e) or "ContainerNotFound" in str(e):
+                bucket = urlsplit(self.url).netloc
+                raise NotFound(f"cannot {verb} {self._where(path)}: bucket {bucket!r} does not exist") from None
+            if isinstance(e, FileNotFoundError):
+                raise NotFound(f"{self._where(path)} does not exist") from None
+            self._raise_typed(verb, path, e)
+
+    def _raise_typed(self, verb: str, path: str, e: Exception) -> None:
+        where, text = self._where(path), str(e)
+        if "/latest/api/token" in text or "/latest/meta-data" in text:  # fell through to instance metadata
+            raise PermissionDenied(
+                f"cannot {verb} {where}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "in the environment or as storage options)"
+            ) from None
+        if isinstance(e, (PermissionDeniedError, UnauthenticatedError, PermissionError)) or any(
+            s in text for s in ("credential", "Credential", "403 Forbidden", "401 Unauthorized")
+        ):
+            raise PermissionDenied(f"cannot {verb} {where}: {_one_line(e)}") from None
+        if isinstance(e, NotSupportedError):
+            raise Unsupported(f"cannot {verb} {where}: {_one_line(e)}") from None
+        raise Unavailable(f"cannot {verb} {where}: {_one_line(e)}") from None
+
+    def list(self, directory: str, start_after: str | None = None, stat: bool = True) -> list[FileInfo]:
+        prefix = f"{directory}/" if directory else ""
+        out = []
+        with self._errors("list", directory):
+            if start_after is None:
+                found = obstore.list_with_delimiter(self.store, directory or None)["objects"]
+            else:
+                found = [
+                    meta
+                    for chunk in obstore.list(self.store, directory or None, offset=prefix + start_after)
+                    for meta in chunk
+                ]
+        for meta in found:
+            path = meta["path"]
+            if not path.startswith(prefix):
+                continue
+            name = path[len(prefix) :]
+            if not name or "/" in name or name.startswith(".") or (start_after is not None and name <= start_after):
+                continue
+            if stat:
+                out.append(FileInfo(path, meta["size"], int(meta["last_modified"].timestamp() * 1000)))
+            else:
+                out.append(FileInfo(path, None, None))
+        out.sort()
+        return out
+
+    def read(self, path: str) -> bytes:
+        with self._errors("read", path):
+            return bytes(obstore.get(self.store, path).bytes())
+
+    def stat(self, path: str) -> FileInfo:
+        with self._errors("stat", path):
+            meta = obstore.head(self.store, path)
+        return FileInfo(path, meta["size"], int(meta["last_modified"].timestamp() * 1000))
+
+    def _create(self, path: str, data: bytes) -> bool:
+        try:
+            obstore.put(self.store, path, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        return True
+
+    def _probe(self) -> bool:
+        """Whether the store refuses a second create of one name (If-None-Match honoured)."""
+        name = f"_delta_log/.feedlog-probe-{uuid.uuid4().hex}"
+        try:
+            with self._errors("write", name):
+                try:
+                    self._create(name, b"1")
+                except NotSupportedError:
+                    return False
+                try:
+                    return not self._create(name, b"2")
+                except NotSupportedError:
+                    return False
+        finally:
+            with suppress(Exception):  # the probe is hidden from listings; a leftover harms no reader
+                obstore.delete(self.store, name)
+
+    def conditional_put(self) -> bool:
+        """Whether this store has conditional put (checked once per storage)."""
+        with self._probe_lock:
+            if self._conditional_put is None:
+                self._conditional_put = self._probe()
+            return self._conditional_put
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        if not self.conditional_put():
+            if _COMMIT_FILE.search(path):
+                raise Unsupported(
+                    f"{self.url}: this store has no conditional put (If-None-Match), so a filesystem-committed "
+                    "Delta table cannot be written safely here; use a managed table (a commit owner decides "
+                    "commits) or a store with conditional put"
+                )
+            # a unique name (data files, staged commits): nobody else writes it
+            with self._errors("write", path):
+                try:
+                    obstore.head(self.store, path)
+                    return False
+                except FileNotFoundError:
+                    pass
+                obstore.put(self.store, path, bytes(data))
+                return True
+        with self._errors("write", path):
+            return self._create(path, bytes(data))
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        with self._errors("write", path):
+            obstore.put(self.store, path, bytes(data))
+
+    def delete(self, path: str) -> None:
+        with self._errors("delete", path):
+            try:
+                obstore.delete(self.store, path)
+            except FileNotFoundError as e:
+                if "NoSuchBucket" in str(e):
+                    raise
