@@ -224,7 +224,7 @@ class ObjectStorage:
             s in text for s in ("credential", "Credential", "403 Forbidden", "401 Unauthorized")
         ):
             raise PermissionDenied(f"cannot {verb} {where}: {_one_line(e)}") from None
-        if isinstance(e, NotSupportedError):
+        if isinstance(e, (NotSupportedError, NotImplementedError)):
             raise Unsupported(f"cannot {verb} {where}: {_one_line(e)}") from None
         raise Unavailable(f"cannot {verb} {where}: {_one_line(e)}") from None
 
@@ -277,11 +277,11 @@ class ObjectStorage:
             with self._errors("write", name):
                 try:
                     self._create(name, b"1")
-                except NotSupportedError:
+                except (NotSupportedError, NotImplementedError):
                     return False
                 try:
                     return not self._create(name, b"2")
-                except NotSupportedError:
+                except (NotSupportedError, NotImplementedError):
                     return False
         finally:
             with suppress(Exception):  # the probe is hidden from listings; a leftover harms no reader

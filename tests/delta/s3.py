@@ -3,7 +3,7 @@
 `s3_server` (session scope) starts moto's ThreadedMotoServer on 127.0.0.1 at a free port,
 creates the bucket `lake`, and checks the server refuses a second `If-None-Match: *` put (the
 conditional create feedlog's filesystem committer relies on) before any test relies on it.
-Import the fixture into a test module to use it.
+Import `s3_server_fixture` into a test module to use the fixture `s3_server`.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
+@pytest.fixture(scope="session", name="s3_server")
+def s3_server_fixture() -> Iterator[S3Server]:
     moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
     import botocore.exceptions
 
