@@ -41,6 +41,29 @@ def add_command(sub: Subcommands, name: str, handler: Handler, help_: str) -> Pa
     return p
 
 
+def storage_option_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an object-store option, delta-rs's keys (e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9000, "
+        "AWS_ALLOW_HTTP=true); repeatable; the usual environment variables fill in the rest",
+    )
+
+
+def storage_options_of(ns: argparse.Namespace) -> dict[str, str] | None:
+    """--storage-option KEY=VALUE ... as a dict (None when none was given); a malformed one is InvalidArgument."""
+    options: dict[str, str] = {}
+    for item in getattr(ns, "storage_option", None) or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or key != key.strip():
+            raise InvalidArgument(f"bad --storage-option {item!r}: expected KEY=VALUE")
+        if key in options:
+            raise InvalidArgument(f"--storage-option {key} given twice")
+        options[key] = value
+    return options or None
+
+
 def given_token(ns: argparse.Namespace, env: str) -> str | None:
     """A secret from --token-file, --token (warned about: `ps` shows it) or the variable `env`, in that order."""
     if getattr(ns, "token_file", None):

@@ -19,9 +19,19 @@ import pyarrow as pa
 
 from ..delta import DeltaTable
 from ..delta.managed import OWNER_ENV, TOKEN_ENV, Binding, new_token
+from ..delta.objectstore import scheme_of
 from ..errors import InvalidArgument
 from ..log.timestamps import parse_duration
-from .args import Handler, Parser, Subcommands, add_command, given_token, read_token_file
+from .args import (
+    Handler,
+    Parser,
+    Subcommands,
+    add_command,
+    given_token,
+    read_token_file,
+    storage_option_args,
+    storage_options_of,
+)
 from .fmt import emit, fmt_ts
 from .remote import tls_args, tls_of
 
@@ -102,12 +112,18 @@ def write_token_file(path: str, token: str) -> str:
 def open_table(ns: argparse.Namespace) -> DeltaTable:
     # --owner: the commit owner to trust (default $FEEDLOG_OWNER); a table's own conf is not enough
     return DeltaTable.open(
-        ns.path, owner_token=token_of(ns, ns.path), owner_tls=tls_of(ns), owner=getattr(ns, "owner", None)
+        ns.path,
+        owner_token=token_of(ns, ns.path),
+        owner_tls=tls_of(ns),
+        owner=getattr(ns, "owner", None),
+        storage_options=storage_options_of(ns),
     )
 
 
 def _new_token_file(ns: argparse.Namespace) -> tuple[str, str]:
     """A fresh token for a table becoming managed, already in its file (so it is never only on screen)."""
+    if not ns.token_out and scheme_of(ns.path) is not None:
+        raise InvalidArgument(f"{ns.path} is not a local directory: give --token-out FILE for the new owner token")
     return (token := new_token()), write_token_file(ns.token_out or os.path.join(ns.path, TOKEN_FILE), token)
 
 
@@ -129,6 +145,7 @@ def cmd_create(ns: argparse.Namespace) -> None:
     if ns.token_out and owner is None:
         raise InvalidArgument("--token-out is for managed tables: give --owner too")
     schema = parse_schema(ns.schema)  # bad input fails before a token file is written
+    options = storage_options_of(ns)  # bad input fails before a token file is written
     token, where = token_of(ns), None
     if owner is not None and token is None:
         token, where = _new_token_file(ns)
@@ -142,6 +159,7 @@ def cmd_create(ns: argparse.Namespace) -> None:
             owner=owner,
             owner_token=token,
             owner_tls=tls_of(ns),
+            storage_options=options,
         )
     except BaseException:
         if where is not None:  # the token guards nothing: do not leave it behind
@@ -270,7 +288,8 @@ def register(sub: Subcommands) -> None:
 
     def add(name: str, handler: Handler, help_: str, json_out: bool = True) -> Parser:
         p = add_command(tsub, name, handler, help_)
-        p.add_argument("path", help="the table's directory")
+        p.add_argument("path", help="the table's directory or object-store URL (s3://, gs://, az://, file://)")
+        storage_option_args(p)
         if json_out:
             p.add_argument("--json", action="store_true", help="machine-readable output")
         token_args(p)

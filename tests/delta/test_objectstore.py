@@ -7,6 +7,7 @@ DuckDB (httpfs + delta, loaded offline from their wheels); bad input is one type
 from __future__ import annotations
 
 import glob
+import json
 import os
 import threading
 from collections import Counter
@@ -235,3 +236,52 @@ def test_a_store_without_conditional_put_refuses_filesystem_commits(s3_server: S
         DeltaTable.create(storage, SCHEMA)
     assert "\n" not in str(e.value)
     assert storage.list("_delta_log") == []  # nothing a reader would see
+
+
+# the CLI
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    from feedlog.cli import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def option_args(s3: S3Server) -> list[str]:
+    return [a for k, v in s3.options.items() for a in ("--storage-option", f"{k}={v}")]
+
+
+def test_cli_table_commands_work_on_s3(s3_server: S3Server, capsys) -> None:
+    url, opts = s3_server.url("cli"), option_args(s3_server)
+    code, out, err = cli(capsys, "table", "create", url, "--schema", "seq:long,key:string", *opts)
+    assert code == 0, err
+    DeltaTable.open(url, storage_options=s3_server.options).append(pa.table({"seq": [1, 2], "key": ["a", "b"]}))
+    code, out, err = cli(capsys, "table", "info", url, "--json", *opts)
+    assert code == 0 and json.loads(out)["version"] == 1, (out, err)
+    code, out, err = cli(capsys, "table", "checkpoint", url, *opts)
+    assert code == 0, err
+    code, out, err = cli(capsys, "table", "history", url, "--json", *opts)
+    assert code == 0, err
+
+
+def test_cli_refuses_an_unknown_scheme_and_makes_no_directory(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url in ("foo://lake/t", "s3:lake/t"):
+        code, _out, err = cli(capsys, "table", "create", url, "--schema", "id:long")
+        assert code == 2 and "storage URL" in err and len(err.strip().splitlines()) == 1, (url, err)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("bad", ["NOEQUALS", "=value", " KEY=v"])
+def test_cli_storage_options_are_parsed_strictly(s3_server: S3Server, bad: str, capsys) -> None:
+    code, _out, err = cli(capsys, "table", "info", s3_server.url(), "--storage-option", bad)
+    assert code == 2 and "KEY=VALUE" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_missing_bucket_is_one_line_with_its_exit_code(s3_server: S3Server, capsys) -> None:
+    code, _out, err = cli(
+        capsys, "table", "create", "s3://no-such-bucket/t", "--schema", "id:long", *option_args(s3_server)
+    )
+    assert code == 3 and "no-such-bucket" in err and len(err.strip().splitlines()) == 1, err
