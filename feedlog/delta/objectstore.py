@@ -209,7 +209,7 @@ class ObjectStorage:
             if "NoSuchBucket" in str(e) or "ContainerNotFound" in str(e):
                 bucket = urlsplit(self.url).netloc
                 raise NotFound(f"cannot {verb} {self._where(path)}: bucket {bucket!r} does not exist") from None
-            if isinstance(e, FileNotFoundError):
+            if isinstance(e, FileNotFoundError) or "Not a directory" in str(e):  # a path under a file
                 raise NotFound(f"{self._where(path)} does not exist") from None
             self._raise_typed(verb, path, e)
 
@@ -246,6 +246,8 @@ class ObjectStorage:
                 continue
             name = path[len(prefix) :]
             if not name or "/" in name or name.startswith(".") or (start_after is not None and name <= start_after):
+                continue
+            if self._scheme == "file" and "#" in name:  # obstore's local in-flight file (`name#n`)
                 continue
             if stat:
                 out.append(FileInfo(path, meta["size"], int(meta["last_modified"].timestamp() * 1000)))

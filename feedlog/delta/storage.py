@@ -18,7 +18,8 @@ implementation must keep (the storage contract suite checks them):
 - `stat(path)` returns the file's size and modification time (ms) or raises NotFound.
 
 `LocalStorage` keeps a table in a directory; `MemoryStorage` keeps one in memory, for
-protocol tests that need no disk.
+protocol tests that need no disk; `objectstore.ObjectStorage` keeps one on an object store (S3,
+GCS, Azure, file://, memory://), and `objectstore.open_storage` turns a location into a Storage.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The storage contract (feedlog/delta/storage.py's docstring), run against every implementation.
 
 Each contract is one test, parametrized over `LocalStorage` on a temporary directory,
-`MemoryStorage`, and `ObjectStorage` on S3 (moto's server on loopback) and on obstore's memory
-store; the Delta tables at the end show that the in-memory storage is enough for
+`MemoryStorage`, and `ObjectStorage` on S3 (moto's server on loopback), on obstore's memory store
+and on file:// URLs; the Delta tables at the end show that the in-memory storage is enough for
 the protocol, which keeps protocol tests off the disk.
 """
 
@@ -35,6 +35,7 @@ IMPLEMENTATIONS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
         request.getfixturevalue("s3_server").url("contract"), request.getfixturevalue("s3_server").options
     ),
     "obstore-memory": lambda request, tmp_path: ObjectStorage(f"memory://contract-{uuid.uuid4().hex}"),
+    "obstore-file": lambda request, tmp_path: ObjectStorage(f"file://{tmp_path}/root"),
 }
 
 COMMIT_1 = "_delta_log/00000000000000000001.json"
