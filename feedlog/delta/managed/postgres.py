@@ -29,7 +29,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 
 import psycopg
+from psycopg import sql
 
+from ...errors import Unavailable
 from .database import Connection, Database, Tx, redact
 
 SCHEMA = """
@@ -87,10 +89,18 @@ class PostgresDatabase(Database):
 
     @contextmanager
     def _exclusive(self, tx: Tx, keys: Sequence[str]) -> Iterator[None]:
-        tx.execute("BEGIN")
+        # one round trip: BEGIN and the locks as one simple query (the keys quoted as literals)
+        locks = [
+            sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(sql.Literal(key))
+            for key in sorted(set(keys))
+        ]
+        begin = sql.SQL("; ").join([sql.SQL("BEGIN"), *locks])
         try:
-            for key in sorted(set(keys)):
-                tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
+            tx.conn.execute(begin)
+        except psycopg.Error as e:
+            self._rollback(tx)
+            raise Unavailable(f"commit owner database {self.name}: {e}") from None
+        try:
             yield
         except BaseException:
             self._rollback(tx)
