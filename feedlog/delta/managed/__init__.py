@@ -11,9 +11,12 @@ them. Readers that know the owner add its un-backfilled commits to the listing.
 - `staged`: staged-commit names, their cheap parse, and their housekeeping.
 - `rules`: the owner's decisions as pure functions (ratify: gap, taken,
   released, the ICT must increase; which call an ownership change is).
-- `sqlite`: the owner's state on SQLite (`LocalOwner`: the in-process owner and
-  the engine behind the gRPC service).
-- `client`: `GrpcOwner`, the `CommitOwner` interface over gRPC.
+- `sqlite`: the owner itself (`LocalOwner`: the in-process owner and the engine
+  behind the gRPC service), its SQL written once for two databases:
+  `database` (what both share), SQLite (embedded) and `postgres` (several owner
+  processes on several hosts sharing one PostgreSQL database).
+- `client`: `GrpcOwner`, the `CommitOwner` interface over gRPC, failing over
+  along an endpoint list (`grpc://h1:7070,h2:7070`).
 - `committer`: `ManagedCommitter` (stage, ask, resolve a lost answer) and
   `Router`, the `Committer` a table commits through.
 """
