@@ -129,6 +129,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-owner-") as d:
         tmp = Path(d)
         owner, endpoint = start_owner(tmp)
+        # the writer processes (and the checks here) must trust the owner the tables name
+        os.environ["FEEDLOG_OWNER"] = endpoint
         try:
             head = f"{'tables':>8} {'writers':>7}  {'fs commits/s':>12}  {'owner commits/s':>15}  {'ratio':>5}"
             print(f"{head}  {'p50 ms':>7}  {'p99 ms':>7}  {'fs p50':>7}  {'fs p99':>7}  checked")
