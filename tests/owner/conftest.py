@@ -12,6 +12,9 @@ are skipped, saying why, when neither is reachable.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import grpc
 import psycopg
 import pyarrow as pa
 import pytest
@@ -115,3 +119,20 @@ def owner(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         yield Owner("grpc", root, db, server.endpoint, GrpcOwner(server.endpoint, timeout=10))
     finally:
         server.stop(grace=1)
+
+
+def owner_process(db: str, root: Path, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A real `feedlog owner serve` process on 127.0.0.1:`port`, returned once it answers."""
+    cmd = [sys.executable, "-m", "feedlog", "owner", "serve", "--db", db]
+    cmd += ["--listen", f"127.0.0.1:{port}", "--root", str(root)]
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        while time.monotonic() < deadline:
+            try:
+                grpc.channel_ready_future(ch).result(timeout=0.5)
+                return proc
+            except grpc.FutureTimeoutError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    proc.kill()
+    raise AssertionError("the owner did not start")

@@ -6,10 +6,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from feedlog.delta import DeltaTable
@@ -21,7 +19,7 @@ from feedlog_server.owner import OwnerServer
 from tests.delta.conftest import deltalake_read
 from tests.replication.test_shutdown import free_port
 
-from .conftest import SCHEMA, batch
+from .conftest import SCHEMA, batch, owner_process
 
 
 def test_endpoint_lists_name_each_member() -> None:
@@ -80,22 +78,6 @@ for i in range(n):
     r = t.append(pa.table({"id": pa.array([who * 1000 + i], pa.int64()), "who": [f"w{who}"]}))
     print(r.version, flush=True)
 """
-
-
-def owner_process(db: str, root: Path, port: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "feedlog", "owner", "serve", "--db", db]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--root", str(root)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        while time.monotonic() < deadline:
-            try:
-                grpc.channel_ready_future(ch).result(timeout=0.5)
-                return proc
-            except grpc.FutureTimeoutError:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-    proc.kill()
-    raise AssertionError("the owner did not start")
 
 
 @pytest.mark.slow

@@ -6,10 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from feedlog.delta import DeltaTable
@@ -18,7 +16,7 @@ from feedlog.failpoints import EXIT_CODE
 from tests.delta.conftest import deltalake_read, deltalake_version
 from tests.replication.test_shutdown import free_port
 
-from .conftest import SCHEMA
+from .conftest import SCHEMA, owner_process
 
 WRITER = """
 import sys, pyarrow as pa
@@ -29,22 +27,6 @@ for i in range(n):
     r = t.append(pa.table({"id": pa.array([who * 1000 + i], pa.int64()), "who": [f"w{who}"]}))
     print(r.version, flush=True)
 """
-
-
-def owner_process(tmp_path: Path, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "feedlog", "owner", "serve", "--db", str(tmp_path / "owner.db")]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--root", str(tmp_path)]
-    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        while time.monotonic() < deadline:
-            try:
-                grpc.channel_ready_future(ch).result(timeout=0.5)
-                return proc
-            except grpc.FutureTimeoutError:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-    proc.kill()
-    raise AssertionError("the owner did not start")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -64,7 +46,7 @@ def writer(path: Path, token: str, who: int, n: int, failpoints: str = "") -> su
 def test_writer_processes_through_the_grpc_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
     monkeypatch.setenv(OWNER_ENV, f"grpc://127.0.0.1:{port}")  # the writer processes trust it too
-    owner = owner_process(tmp_path, port)
+    owner = owner_process(str(tmp_path / "owner.db"), tmp_path, port)
     try:
         t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 4))
         assert t.owner_token
@@ -110,7 +92,9 @@ def test_writer_killed_around_the_ratification(tmp_path: Path, point: str, monke
 def test_owner_killed_mid_backfill_finishes_it_on_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
     monkeypatch.setenv(OWNER_ENV, f"grpc://127.0.0.1:{port}")
-    owner = owner_process(tmp_path, port, {"FEEDLOG_FAILPOINTS": "owner.backfilled_one=exit@3"})
+    owner = owner_process(
+        str(tmp_path / "owner.db"), tmp_path, port, {"FEEDLOG_FAILPOINTS": "owner.backfilled_one=exit@3"}
+    )
     t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 5))
     assert t.owner_token
     w = writer(tmp_path / "t", t.owner_token, 1, 5)
@@ -120,7 +104,9 @@ def test_owner_killed_mid_backfill_finishes_it_on_restart(tmp_path: Path, monkey
     assert owner.wait(30) == EXIT_CODE
     assert w.returncode != 0 and out.split() == ["1", "2", "3", "4"]
     assert deltalake_version(tmp_path / "t") == 3  # versions 1-3 were copied before the crash
-    owner = owner_process(tmp_path, port)  # restart: it completes the backfill before serving
+    owner = owner_process(
+        str(tmp_path / "owner.db"), tmp_path, port
+    )  # restart: it completes the backfill before serving
     try:
         assert deltalake_version(tmp_path / "t") == 5
         assert sorted(deltalake_read(tmp_path / "t").column("id").to_pylist()) == [1000 + i for i in range(5)]
