@@ -196,29 +196,12 @@ def test_concurrent_writers_rebase_and_lose_nothing(owner: Owner) -> None:
     assert sorted(t.to_arrow().column("id").to_pylist()) == expected
 
 
-class LosesAnswers:
-    """The real owner, but the first `n` commit answers are lost on the way back (the commit happened)."""
-
-    def __init__(self, inner: object, n: int) -> None:
-        self.inner, self.n = inner, n
-
-    def commit(self, *args: object) -> object:
-        answer = self.inner.commit(*args)  # type: ignore[attr-defined]
-        if self.n > 0:
-            self.n -= 1
-            raise Unavailable("connection reset (injected after the owner answered)")
-        return answer
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-
 @pytest.mark.parametrize("batch_size", [1, 100])
 def test_a_lost_answer_is_resolved_by_asking_never_by_committing_twice(owner: Owner, batch_size: int) -> None:
     t = owner.create(batch_size=batch_size)
     t.append(batch([0]))
     committer = t.committer_for(t.snapshot().protocol, t.snapshot().metadata)
-    committer.owner = LosesAnswers(committer.owner, 1)  # type: ignore[attr-defined]
+    committer.owner = LostAnswers(committer.owner, 1)  # type: ignore[attr-defined]
     result = t.append(batch([1]))
     assert result.version == 2
     fresh = DeltaTable.open(t.storage.location)
