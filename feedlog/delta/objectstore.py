@@ -155,6 +155,12 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+#: whether a store honours If-None-Match, by (scheme, bucket or root, options): probing costs three
+#: requests, and a process opens many table handles on one store
+_CONDITIONAL_PUT: dict[tuple[str, str, tuple[tuple[str, str], ...]], bool] = {}
+_PROBE_LOCK = threading.Lock()
+
+
 class ObjectStorage:
     """A table under a URL on an object store, through obstore (module docstring)."""
 
@@ -188,8 +194,12 @@ class ObjectStorage:
                 if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
                     raise
                 raise InvalidArgument(f"bad storage URL or options for {self.url}: {_one_line(e)}") from None
-        self._probe_lock = threading.Lock()
-        self._conditional_put: bool | None = True if scheme == "memory" else None
+        #: one probe per store (scheme, bucket or root, options) and process, not per table handle
+        self._probe_key = (scheme, urlsplit(self.url).netloc, tuple(sorted((options or {}).items())))
+        if store is not None:
+            self._probe_key = (scheme, f"store-{id(store)}", ())
+        if scheme == "memory":
+            _CONDITIONAL_PUT.setdefault(self._probe_key, True)
 
     @property
     def location(self) -> str:
@@ -290,11 +300,14 @@ class ObjectStorage:
                 obstore.delete(self.store, name)
 
     def conditional_put(self) -> bool:
-        """Whether this store has conditional put (checked once per storage)."""
-        with self._probe_lock:
-            if self._conditional_put is None:
-                self._conditional_put = self._probe()
-            return self._conditional_put
+        """Whether this store has conditional put (probed once per store in a process)."""
+        known = _CONDITIONAL_PUT.get(self._probe_key)
+        if known is not None:
+            return known
+        with _PROBE_LOCK:
+            if self._probe_key not in _CONDITIONAL_PUT:
+                _CONDITIONAL_PUT[self._probe_key] = self._probe()
+            return _CONDITIONAL_PUT[self._probe_key]
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         if not self.conditional_put():
