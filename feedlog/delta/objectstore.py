@@ -270,6 +270,19 @@ class ObjectStorage:
         with self._errors("read", path):
             return bytes(obstore.get(self.store, path).bytes())
 
+    def read_bounded(self, path: str, limit: int) -> bytes:
+        """The object, or InvalidArgument if it is larger than `limit` bytes: the size comes with the
+        response's metadata, so a huge object is refused without its body being read."""
+        with self._errors("read", path):
+            got = obstore.get(self.store, path)
+            size = int(got.meta["size"])
+            if size > limit:
+                raise InvalidArgument(f"{self._where(path)} is larger than the {limit}-byte limit ({size} bytes)")
+            data = bytes(got.bytes())
+        if len(data) > limit:  # replaced by a larger object between the metadata and the body
+            raise InvalidArgument(f"{self._where(path)} is larger than the {limit}-byte limit")
+        return data
+
     def stat(self, path: str) -> FileInfo:
         with self._errors("stat", path):
             meta = obstore.head(self.store, path)

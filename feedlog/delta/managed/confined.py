@@ -1,9 +1,11 @@
-"""Reading a writer's file on a local disk as a service that faces strangers: confined to the table.
+"""Reading a writer's file as a service that faces strangers: confined to the table, bounded in size.
 
 The owner reads staged commits that writers name. A name is checked by shape
-elsewhere; here every step of the path is opened without following links, and
-only a regular file of bounded size is read, so a writer cannot point the owner
-at another table, a device, a FIFO or a huge file.
+elsewhere; here, on a local disk, every step of the path is opened without
+following links, and only a regular file of bounded size is read, so a writer
+cannot point the owner at another table, a device, a FIFO or a huge file. On an
+object store there are no links or devices: the object's size is checked from
+the response's metadata before its body is read (`read_staged`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import stat
 
 from ...errors import InvalidArgument, NotFound, Unavailable, shorten
+from ..storage import LocalStorage, Storage
 
 #: The largest staged commit the owner reads (a documented limit; larger ones are refused unread).
 #: A commit of 64 MiB is ~200,000 add actions; reading without a bound let one writer make the
@@ -81,3 +84,20 @@ def read_confined(table: str, directory: str, name: str, limit: int = MAX_STAGED
         raise Unavailable(f"cannot read {shown}: {e.strerror}") from None
     finally:
         os.close(ffd)
+
+
+def read_staged(storage: Storage, directory: str, name: str, limit: int = MAX_STAGED_COMMIT_BYTES) -> bytes:
+    """`directory/name` of the table in `storage`, read confined (`read_confined` on a local disk) and
+    only if at most `limit` bytes: on an object store the size is known before the body is read."""
+    if "/" in name or name in ("", ".", ".."):
+        raise InvalidArgument(f"{shorten(name)!r} is not a plain file name")
+    if isinstance(storage, LocalStorage):
+        return read_confined(storage.root, directory, name, limit)
+    path = f"{directory}/{name}"
+    bounded = getattr(storage, "read_bounded", None)
+    if bounded is not None:
+        return bytes(bounded(path, limit))
+    data = storage.read(path)  # an in-memory store: the bytes are already in memory
+    if len(data) > limit:
+        raise InvalidArgument(f"{storage.location}/{path} is larger than the {limit}-byte limit ({len(data)} bytes)")
+    return data
