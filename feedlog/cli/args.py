@@ -53,15 +53,9 @@ def storage_option_args(p: argparse.ArgumentParser) -> None:
 
 def storage_options_of(ns: argparse.Namespace) -> dict[str, str] | None:
     """--storage-option KEY=VALUE ... as a dict (None when none was given); a malformed one is InvalidArgument."""
-    options: dict[str, str] = {}
-    for item in getattr(ns, "storage_option", None) or ():
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip() or key != key.strip():
-            raise InvalidArgument(f"bad --storage-option {item!r}: expected KEY=VALUE")
-        if key in options:
-            raise InvalidArgument(f"--storage-option {key} given twice")
-        options[key] = value
-    return options or None
+    from ..delta.objectstore import parse_storage_options
+
+    return parse_storage_options(getattr(ns, "storage_option", None))
 
 
 def given_token(ns: argparse.Namespace, env: str) -> str | None:

@@ -25,7 +25,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
@@ -353,3 +353,17 @@ class ObjectStorage:
             except FileNotFoundError as e:
                 if "NoSuchBucket" in str(e):
                     raise
+
+
+def parse_storage_options(items: Sequence[str] | None) -> dict[str, str] | None:
+    """`KEY=VALUE` strings (the CLI's repeated --storage-option) as a dict, None when there are none;
+    a malformed or repeated one is InvalidArgument."""
+    options: dict[str, str] = {}
+    for item in items or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or key != key.strip():
+            raise InvalidArgument(f"bad --storage-option {item!r}: expected KEY=VALUE")
+        if key in options:
+            raise InvalidArgument(f"--storage-option {key} given twice")
+        options[key] = value
+    return options or None
