@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -70,3 +73,46 @@ def spark() -> Iterator[Any]:
     yield _start_spark()
     if _SPARK:
         _SPARK.pop().stop()
+
+
+# ---- PostgreSQL (the commit owner's shared state engine) ---------------------------------------
+
+POSTGRES_ENV = "FEEDLOG_TEST_POSTGRES"
+DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+_postgres: list[str | None] = []  # probed once per session
+
+
+def postgres_dsn() -> str:
+    """The PostgreSQL server the tests use: `$FEEDLOG_TEST_POSTGRES` (a DSN), else the local server
+    if it answers; skips the test, saying why, when there is none."""
+    import psycopg  # loaded only by a run that has a PostgreSQL test
+
+    if not _postgres:
+        dsn = os.environ.get(POSTGRES_ENV) or DEFAULT_POSTGRES
+        try:
+            with psycopg.connect(dsn, connect_timeout=3) as conn:
+                conn.execute("SELECT 1")
+            _postgres.append(dsn)
+        except psycopg.Error as e:
+            _postgres.append(None)
+            _postgres.append(f"no PostgreSQL at {dsn} (set {POSTGRES_ENV} to a DSN): {str(e).strip()}")
+    if _postgres[0] is None:
+        pytest.skip(str(_postgres[1]))
+    return _postgres[0]
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A DSN whose tables live in a fresh schema, dropped afterwards (runs never see each other)."""
+    import psycopg
+
+    dsn = postgres_dsn()
+    schema = f"feedlog_test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in dsn else "?"
+    try:
+        yield f"{dsn}{sep}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")

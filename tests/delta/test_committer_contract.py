@@ -4,7 +4,9 @@ One parametrized fixture yields a table at version 0 and a way to make committer
 
 - `filesystem`: `FilesystemCommitter`, put-if-absent on `_delta_log/<v>.json`;
 - `local-owner`: `ManagedCommitter` over the in-process `LocalOwner` (SQLite in tmp_path);
-- `grpc-owner`: `ManagedCommitter` over `GrpcOwner`, talking to a real `OwnerServer` on 127.0.0.1.
+- `grpc-owner`: `ManagedCommitter` over `GrpcOwner`, talking to a real `OwnerServer` on 127.0.0.1;
+- `local-pg-owner`, `grpc-pg-owner`: the same two with the owner's state on PostgreSQL (a schema of
+  the test's own, tests/conftest.py's `postgres_url`; skipped, saying why, when no server answers).
 
 The managed tables are registered with a commit 0 encoded here (no `DeltaTable` involved) and a
 backfill batch size of 3, so the log a reader sees is sometimes all backfilled and sometimes
@@ -123,29 +125,30 @@ def _managed(kind: str, storage: LocalStorage, owner: CommitOwner, binding: Bind
     return Harness(kind, storage, new_committer, lambda: new_committer().backfill())
 
 
-@pytest.fixture(params=["filesystem", "local-owner", "grpc-owner"])
+@pytest.fixture(params=["filesystem", "local-owner", "grpc-owner", "local-pg-owner", "grpc-pg-owner"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     root = tmp_path / "tables"
     root.mkdir()
     storage = LocalStorage(root / "t")
+    # the owner's state: a SQLite file, or a schema of this test's own on PostgreSQL
+    db = request.getfixturevalue("postgres_url") if "pg" in request.param else str(tmp_path / "owner.db")
     if request.param == "filesystem":
         fs = FilesystemCommitter()
         actions = commit_zero(None)
         assert fs.commit(storage, 0, encode_commit(actions), actions) == Committed(0)
         yield Harness("filesystem", storage, FilesystemCommitter, lambda: None)
-    elif request.param == "local-owner":
-        db = tmp_path / "owner.db"
+    elif request.param.startswith("local-"):
         local = LocalOwner(db)
         try:
-            yield _managed("local-owner", storage, local, Binding.feedlog(db=str(db), batch_size=BATCH_SIZE))
+            yield _managed(request.param, storage, local, Binding.feedlog(db=db, batch_size=BATCH_SIZE))
         finally:
             local.close()
     else:
-        server = OwnerServer(tmp_path / "owner.db", "127.0.0.1:0", roots=[root]).start()
+        server = OwnerServer(db, "127.0.0.1:0", roots=[root]).start()
         client = GrpcOwner(server.endpoint, timeout=10)
         try:
             binding = Binding.feedlog(endpoint=server.endpoint, batch_size=BATCH_SIZE)
-            yield _managed("grpc-owner", storage, client, binding)
+            yield _managed(request.param, storage, client, binding)
         finally:
             client.close()
             server.stop(grace=1)

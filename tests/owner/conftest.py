@@ -4,9 +4,8 @@
 `grpc`: `OwnerServer` on 127.0.0.1 (a free port), the same engine behind gRPC.
 `grpc-pg`: `OwnerServer` with its state on PostgreSQL, in a schema of its own.
 
-PostgreSQL is `$FEEDLOG_TEST_POSTGRES` (a DSN), else the local server
-(`postgresql://postgres@127.0.0.1:5432/test`) if it answers; tests that need it
-are skipped, saying why, when neither is reachable.
+PostgreSQL comes from tests/conftest.py (`postgres_url`: a fresh schema on
+`$FEEDLOG_TEST_POSTGRES` or the local server; skipped, saying why, when neither answers).
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import grpc
-import psycopg
 import pyarrow as pa
 import pytest
 
@@ -31,42 +27,6 @@ from feedlog.delta import DeltaTable
 from feedlog.delta.managed import OWNER_ENV, Binding, CommitOwner, resolve_owner
 from feedlog.delta.managed.client import GrpcOwner
 from feedlog_server.owner import OwnerServer
-
-POSTGRES_ENV = "FEEDLOG_TEST_POSTGRES"
-DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
-_postgres: list[str | None] = []  # probed once per session
-
-
-def postgres_dsn() -> str:
-    """The PostgreSQL server the tests use; skips the test, saying why, when there is none."""
-    if not _postgres:
-        dsn = os.environ.get(POSTGRES_ENV) or DEFAULT_POSTGRES
-        try:
-            with psycopg.connect(dsn, connect_timeout=3) as conn:
-                conn.execute("SELECT 1")
-            _postgres.append(dsn)
-        except psycopg.Error as e:
-            _postgres.append(None)
-            _postgres.append(f"no PostgreSQL at {dsn} (set {POSTGRES_ENV} to a DSN): {str(e).strip()}")
-    if _postgres[0] is None:
-        pytest.skip(str(_postgres[1]))
-    return _postgres[0]
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A DSN whose tables live in a fresh schema, dropped afterwards (runs never see each other)."""
-    dsn = postgres_dsn()
-    schema = f"feedlog_test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in dsn else "?"
-    try:
-        yield f"{dsn}{sep}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
 
 SCHEMA = pa.schema([("id", pa.int64()), ("who", pa.string())])
 
