@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -23,6 +23,7 @@ import grpc
 from feedlog.delta.committer import CommitConflict, CommitResponse
 from feedlog.delta.managed import DEFAULT_BATCH_SIZE, Auth, TableRef
 from feedlog.delta.managed.sqlite import LocalOwner
+from feedlog.delta.objectstore import scheme_of
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
 from feedlog.pb import owner_pb2 as pb
 
@@ -123,13 +124,16 @@ class OwnerServer:
         roots: Sequence[str | os.PathLike[str]] | None = None,
         tls: ServerTls | None = None,
         workers: int = 32,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         self.db = os.fspath(db)
         self.listen = listen
         self.roots = [os.fspath(r) for r in (roots if roots is not None else [os.getcwd()])]
         for r in self.roots:
-            if not os.path.isdir(r):
+            if scheme_of(r) is None and not os.path.isdir(r):
                 raise InvalidArgument(f"--root {r} is not a directory")
+        #: the owner's own credentials for object-store roots (never taken from a table or a writer)
+        self.storage_options = storage_options
         self.tls = tls
         self.workers = workers
         self.port = 0
@@ -145,7 +149,7 @@ class OwnerServer:
         return f"grpc://{self.address}"
 
     def start(self) -> OwnerServer:
-        self.owner = LocalOwner(self.db, self.roots)
+        self.owner = LocalOwner(self.db, self.roots, storage_options=self.storage_options)
         try:
             recovered = self.owner.backfill_all()
         except FeedlogError as e:  # a table's files are damaged: serve the others, say so

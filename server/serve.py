@@ -84,8 +84,16 @@ def owner_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--root",
         action="append",
-        metavar="DIR",
-        help="tables must live under this directory (repeatable; default: the current directory)",
+        metavar="DIR|URL",
+        help="tables must live under this directory or object-store prefix, e.g. s3://lake/tables "
+        "(repeatable; default: the current directory)",
+    )
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="the owner's own object-store option for its URL roots, delta-rs's keys (e.g. "
+        "AWS_ENDPOINT_URL=http://127.0.0.1:9000); repeatable; the usual environment variables fill in the rest",
     )
     _server_tls_arguments(p)
     p.add_argument(
@@ -144,7 +152,11 @@ def serve_owner(ns: argparse.Namespace) -> None:
 
     tls = _server_tls(ns)
     require_tls_off_loopback(ns.listen, tls, ns.insecure)  # table tokens travel in every commit's metadata
-    server = OwnerServer(ns.db, ns.listen, roots=ns.root or None, tls=tls)  # bad arguments fail here
+    from feedlog.delta.objectstore import parse_storage_options
+
+    options = parse_storage_options(ns.storage_option)
+    # bad arguments fail here
+    server = OwnerServer(ns.db, ns.listen, roots=ns.root or None, tls=tls, storage_options=options)
     configure(logging.DEBUG if ns.verbose else logging.INFO)
     serve_forever(server)
 

@@ -183,7 +183,7 @@ class DeltaTable:
         binding = Binding.of(protocol, metadata)
         if binding is None or metadata is None:
             return _FILESYSTEM
-        return self.owners.committer(binding, metadata.id, self.storage.location)
+        return self.owners.committer(binding, metadata.id, self.storage)
 
     def _ratified(self, write: bool) -> Ratified:
         """Where the commits beyond the backfilled log come from: the fixed committer, or the table's

@@ -33,6 +33,7 @@ from .protocol import (
     new_token,
     trusted_owners,
 )
+from .sqlite import LocalOwner
 from .staged import COMMITS_DIR, staged_version
 
 
@@ -62,9 +63,12 @@ class Owners:
             return True
         return write and is_embedded(binding, location)
 
-    def committer(self, binding: Binding, table_id: str, location: str, registering: bool = False) -> ManagedCommitter:
-        """The committer of table `table_id` at `location` through owner `binding`; OwnerNotTrusted
+    def committer(
+        self, binding: Binding, table_id: str, storage: Storage, registering: bool = False
+    ) -> ManagedCommitter:
+        """The committer of table `table_id` in `storage` through owner `binding`; OwnerNotTrusted
         if this handle may not talk to it. Registering a table without a token makes one."""
+        location = storage.location
         if not self.trusts(binding, location, write=True):
             raise OwnerNotTrusted(
                 f"{location} is managed by commit owner {binding.describe()}, which is not one "
@@ -77,7 +81,10 @@ class Owners:
         committer = self._committers.get(key)
         if committer is None:
             ref = TableRef(table_id, location)
-            committer = ManagedCommitter(resolve_owner(binding, self.tls), ref, Auth(self.token))
+            owner = resolve_owner(binding, self.tls)
+            if isinstance(owner, LocalOwner):
+                owner.adopt(storage)  # the in-process owner reaches the table as this process does
+            committer = ManagedCommitter(owner, ref, Auth(self.token))
             self._committers[key] = committer
         elif registering:
             committer.auth = Auth(self.token)
@@ -88,7 +95,7 @@ class Owners:
         return Router(
             protocol,
             metadata,
-            lambda b, table_id, registering: self.committer(b, table_id, storage.location, registering),
+            lambda b, table_id, registering: self.committer(b, table_id, storage, registering),
         )
 
     def ratified(
@@ -107,7 +114,7 @@ class Owners:
             if staged_from(storage, start):
                 self._warn(storage, binding, "untrusted")
             return []
-        committer = self.committer(binding, metadata.id, storage.location)
+        committer = self.committer(binding, metadata.id, storage)
         if write:
             return committer.ratified_commits(storage, start)
         try:

@@ -29,7 +29,7 @@ import hmac
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import astuple
 from typing import Any
@@ -47,16 +47,16 @@ from ...errors import (
 )
 from ..actions import MANAGED_COMMITS, OWNER_NAME
 from ..committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
-from ..storage import LocalStorage
-from .confined import read_confined
+from ..storage import LocalStorage, Storage
+from .confined import read_staged
 from .database import Connection, Database, Tx
+from .places import Places
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
 from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide, decide_register, make_proposal
 from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
 
-#: table ids are UUIDs in practice; paths are bounded by the OS anyway
+#: table ids are UUIDs in practice
 _MAX_ID = 1024
-_MAX_PATH = 4096
 _STAGED_NAME_LEN = 62  # <20 digits>.<36-character uuid>.json
 
 _SCHEMA = """
@@ -174,25 +174,49 @@ def _check_name(name: str, version: int) -> None:
     check_staged_name(name, version)
 
 
+def _land(storage: Storage, path: str, data: bytes) -> bool:
+    """Write a commit the owner decided (`_delta_log/<v>.json`) unless the file exists: False if it did.
+
+    put-if-absent where the store has it. On an object store without conditional put the owner
+    checks, then writes: safe because, once a table is managed, nothing writes its log but its
+    owner (feedlog's filesystem writers refuse such a store, and a managed table's writers go
+    through the owner), and the owner writes a version only with the bytes its database ratified,
+    so two owner processes racing on one version write the same object.
+    """
+    has = getattr(storage, "conditional_put", None)
+    if has is None or has():
+        return storage.put_if_absent(path, data)
+    try:
+        storage.stat(path)
+        return False
+    except NotFound:
+        storage.write_atomic(path, data)
+        return True
+
+
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
 class LocalOwner:
-    """A commit owner on a SQLite file; `roots` (if given) confine the tables it will own."""
+    """A commit owner on a SQLite file or PostgreSQL; `roots` (if given: local directories and
+    object-store URL prefixes) confine the tables it will own (places.py)."""
 
     def __init__(
         self,
         db: str | os.PathLike[str],
         roots: Sequence[str | os.PathLike[str]] | None = None,
         clock: Clock | None = None,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         #: stamps rows and commits (`updated_ms`, `ratified_ms`): bookkeeping only, no decision reads it
         self.clock: Clock = clock or SystemClock()
         self.database = open_database(db)
         #: the database, as messages name it (a file's absolute path; a URL without its password)
         self.db = self.database.name
-        self.roots = None if roots is None else [os.path.realpath(os.fspath(r)) for r in roots]
+        #: where tables may live (local roots and object-store URL prefixes), and the owner's own
+        #: credentials for the stores: never a writer's or a table's
+        self.places = Places(roots, storage_options)
 
     # ---- the database --------------------------------------------------------------------------
 
@@ -216,25 +240,16 @@ class LocalOwner:
 
     # ---- where tables may live -----------------------------------------------------------------
 
-    def _confine(self, path: str) -> str:
-        if not path or not os.path.isabs(path):
-            raise InvalidArgument(f"table path must be absolute, got {shorten(path)!r}")
-        if len(path) > _MAX_PATH or "\0" in path:
-            raise InvalidArgument(f"table path {shorten(path)!r} is not a usable path")
-        real = os.path.realpath(path)
-        if self.roots is not None and not any(os.path.commonpath([real, r]) == r for r in self.roots):
-            raise PermissionDenied(f"{shorten(path)} is outside the directories this commit owner serves")
-        if real == "/" or (self.roots is not None and real in self.roots):
-            # a table at a root would hold every other table under it in its own directory
-            raise PermissionDenied(
-                f"{shorten(path)} is a root of this commit owner: a table must be a directory below it"
-            )
-        return real
+    def adopt(self, storage: Storage) -> None:
+        """Reach the table in `storage` through that storage object: the in-process owner (no roots)
+        uses its own process's store credentials, as the table handle was opened with them."""
+        self.places.adopt(storage)
 
-    def _storage(self, path: str) -> LocalStorage:
-        real = self._confine(path)
-        self._confine(os.path.join(real, COMMITS_DIR))  # a symlinked _delta_log may not lead out either
-        return LocalStorage(real)
+    def _confine(self, path: str) -> str:
+        return self.places.confine(path)
+
+    def _storage(self, path: str) -> Storage:
+        return self.places.storage(path)
 
     def _table(self, ref: TableRef) -> TableRow:
         """The registered table `ref` names, its proposal settled; NotFound if it names none."""
@@ -258,12 +273,12 @@ class LocalOwner:
         raise PermissionDenied(f"table {row.id}: wrong or missing token (give --token-file or set FEEDLOG_OWNER_TOKEN)")
 
     def _staged(
-        self, storage: LocalStorage, version: int, name: str, ict: int, table_id: str, install: bool = False
+        self, storage: Storage, version: int, name: str, ict: int, table_id: str, install: bool = False
     ) -> Binding | None:
         """Check a staged commit: its name, its ICT, and the owner it leaves the table with (None: none)."""
         _check_name(name, version)
         try:
-            data = read_confined(storage.root, COMMITS_DIR, name)
+            data = read_staged(storage, COMMITS_DIR, name)
         except NotFound:
             raise InvalidArgument(f"staged commit {COMMITS_DIR}/{name} does not exist: stage it first") from None
         info, protocol, metadata = staged_actions(data)
@@ -347,14 +362,14 @@ class LocalOwner:
         storage = self._storage(row.path)
         target = commit_path(row.proposal_version)
         try:
-            mine: bytes | None = read_confined(storage.root, COMMITS_DIR, row.proposal_file)
+            mine: bytes | None = read_staged(storage, COMMITS_DIR, row.proposal_file)
         except (NotFound, InvalidArgument):  # gone, or swapped for something we will not read
             mine = None
-        if mine is not None and storage.put_if_absent(target, mine):
+        if mine is not None and _land(storage, target, mine):
             won = True
         else:
             try:
-                won = mine is not None and read_confined(storage.root, LOG_DIR, target.rsplit("/", 1)[1]) == mine
+                won = mine is not None and read_staged(storage, LOG_DIR, target.rsplit("/", 1)[1]) == mine
             except NotFound:
                 won = False  # neither the staged file nor the commit: nothing to install
         with self._write(row.id) as db:
@@ -462,7 +477,7 @@ class LocalOwner:
                 raise Corruption(f"table {table_id}: ratified commits jump from {done} to {version}")
             target = commit_path(version)
             try:
-                data = read_confined(storage.root, COMMITS_DIR, name)
+                data = read_staged(storage, COMMITS_DIR, name)
             except InvalidArgument as e:  # replaced after ratification by a link, a FIFO, a huge file
                 raise Corruption(f"ratified commit {version} of {row.path} cannot be backfilled: {e}") from None
             except NotFound:
@@ -473,7 +488,7 @@ class LocalOwner:
                         f"ratified commit {version} of {row.path} ({COMMITS_DIR}/{name}) has disappeared"
                     ) from None
             else:
-                if not storage.put_if_absent(target, data) and self._read_log(storage, target) != data:
+                if not _land(storage, target, data) and self._read_log(storage, target) != data:
                     raise Corruption(f"{row.path}/{target} exists but is not the ratified commit {version}")
             done = version
             failpoints.point("owner.backfilled_one")
@@ -491,15 +506,15 @@ class LocalOwner:
         return done
 
     @staticmethod
-    def _read_log(storage: LocalStorage, path: str) -> bytes:
+    def _read_log(storage: Storage, path: str) -> bytes:
         try:
-            return read_confined(storage.root, LOG_DIR, path.rsplit("/", 1)[1])
+            return read_staged(storage, LOG_DIR, path.rsplit("/", 1)[1])
         except InvalidArgument as e:
             raise Corruption(f"{e} (where a backfilled commit should be)") from None
 
     @staticmethod
-    def _clean_staged(storage: LocalStorage, through: int) -> None:
-        if os.path.islink(os.path.join(storage.root, COMMITS_DIR)):
+    def _clean_staged(storage: Storage, through: int) -> None:
+        if isinstance(storage, LocalStorage) and os.path.islink(os.path.join(storage.root, COMMITS_DIR)):
             return  # not this table's directory: deleting there would delete another table's files
         clean_staged(storage, through)
 
