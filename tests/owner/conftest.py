@@ -1,6 +1,7 @@
 """Both commit owners, on both state engines, behind one fixture, so one behaviour suite runs against each.
 
 `local`: the in-process owner (SQLite file) a table names by its database path.
+`local-pg`: the in-process owner on PostgreSQL, a table naming it by `db=postgresql://...`.
 `grpc`: `OwnerServer` on 127.0.0.1 (a free port), the same engine behind gRPC.
 `grpc-pg`: `OwnerServer` with its state on PostgreSQL, in a schema of its own.
 
@@ -53,10 +54,18 @@ class Owner:
         return DeltaTable.create(self.root / name, SCHEMA, owner=self.binding(batch_size), **kw)
 
 
-@pytest.fixture(params=["local", "grpc", "grpc-pg"])
+@pytest.fixture(params=["local", "local-pg", "grpc", "grpc-pg"])
 def owner(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Owner]:
     root, db = tmp_path / "tables", tmp_path / "owner.db"
     root.mkdir()
+    if request.param == "local-pg":
+        # the in-process owner on PostgreSQL: tables name it as db=postgresql://... (no password)
+        url = request.getfixturevalue("postgres_url")
+        monkeypatch.setenv(OWNER_ENV, url)
+        o = Owner("local-pg", root, url, None, resolve_owner(Binding.feedlog(db=url)))
+        yield o
+        o.api.close()
+        return
     if request.param == "grpc-pg":
         url = request.getfixturevalue("postgres_url")
         server = OwnerServer(url, "127.0.0.1:0", roots=[root]).start()

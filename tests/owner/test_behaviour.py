@@ -1,4 +1,5 @@
-"""The commit owner's behaviour, once per owner (in-process and gRPC): one suite, two implementations."""
+"""The commit owner's behaviour, once per owner (in-process and gRPC) and state engine (SQLite and
+PostgreSQL): one suite, four configurations (tests/owner/conftest.py's `owner` fixture)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,17 @@ import pytest
 from feedlog.delta import CommitConflict, Committed, DeltaTable
 from feedlog.delta.actions import encode_commit
 from feedlog.delta.committer import commit_path
-from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, ManagedCommitter, TableRef, staged_name
+from feedlog.delta.managed import (
+    COMMITS_DIR,
+    OWNER_ENV,
+    Auth,
+    Binding,
+    ManagedCommitter,
+    OwnerNotTrusted,
+    TableRef,
+    resolve_owner,
+    staged_name,
+)
 from feedlog.delta.managed.sqlite import LocalOwner
 from feedlog.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from tests.delta.conftest import deltalake_read, deltalake_version, duckdb_read
@@ -313,3 +324,48 @@ def test_a_client_certificate_stands_in_for_the_token(tmp_path: Path) -> None:
         same_cert = DeltaTable.open(tmp_path / "t", owner_token="", owner_tls=client_tls, owner=binding)
         assert same_cert.append(batch([1])).version == 1  # no token: the certificate that registered it
         assert t.to_arrow().num_rows == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://feedlog:s3cret@127.0.0.1:5432/test",
+        "postgres://feedlog:@127.0.0.1/test",
+        "postgresql://feedlog@127.0.0.1/test?sslmode=disable&password=s3cret",
+        "postgresql://feedlog@127.0.0.1/test?sslpassword=s3cret",
+    ],
+)
+def test_a_table_never_names_a_postgresql_password(tmp_path: Path, url: str) -> None:
+    """A table's properties are read by all its readers: its owner URL cannot carry a password."""
+    for make in (lambda: Binding.parse(url), lambda: Binding.feedlog(db=url)):
+        with pytest.raises(InvalidArgument, match=r"PGPASSWORD or ~/\.pgpass") as e:
+            make()
+        assert "s3cret" not in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(InvalidArgument, match="PGPASSWORD"):
+        DeltaTable.create(tmp_path / "t", SCHEMA, owner=url)
+    assert not (tmp_path / "t").exists()  # refused before anything was written
+    # nor is one used when a table written elsewhere names it: the process never connects with it
+    forged = Binding("feedlog", (("db", url),))
+    with pytest.raises(InvalidArgument, match="PGPASSWORD"):
+        resolve_owner(forged)
+
+
+def test_a_postgresql_owner_is_trusted_by_its_exact_url(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binding = Binding.parse(postgres_url, 1)
+    assert binding.config["db"] == postgres_url  # a URL stays as written, never made a path
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=binding)
+    t.append(batch([1]))
+    monkeypatch.delenv(OWNER_ENV, raising=False)
+    with pytest.raises(OwnerNotTrusted, match=r"postgresql://.*not one this process trusts"):
+        DeltaTable.open(tmp_path / "t", owner_token=t.owner_token).append(batch([2]))
+    # another schema or database on the same server is another owner
+    other = postgres_url.replace("search_path%3D", "search_path%3Dother_")
+    assert other != postgres_url
+    with pytest.raises(OwnerNotTrusted):
+        DeltaTable.open(tmp_path / "t", owner_token=t.owner_token, owner=other).append(batch([2]))
+    monkeypatch.setenv(OWNER_ENV, postgres_url)
+    assert DeltaTable.open(tmp_path / "t", owner_token=t.owner_token).append(batch([3])).version == 2
+    assert sorted(DeltaTable.open(tmp_path / "t").to_arrow().column("id").to_pylist()) == [1, 3]
+    resolve_owner(binding).close()

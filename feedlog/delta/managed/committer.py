@@ -2,11 +2,13 @@
 `Router` sends each commit of a table to the right call.
 
 `resolve_owner` turns the owner a table names into a client: the in-process
-SQLite engine (`sqlite.py`) or the gRPC service (`client.py`).
+owner (`sqlite.py`, its state in a SQLite file or PostgreSQL) or the gRPC
+service (`client.py`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -17,17 +19,21 @@ from ..actions import OWNER_CONF, Action, CommitInfo, Metadata, Protocol
 from ..committer import CommitConflict, CommitResponse, Committed, FilesystemCommitter, commit_path
 from ..storage import FileInfo, Storage
 from .client import GrpcOwner
-from .protocol import FEEDLOG_OWNER, Auth, Binding, CommitOwner, TableRef
+from .database import is_postgres
+from .protocol import FEEDLOG_OWNER, Auth, Binding, CommitOwner, TableRef, check_owner_url
 from .rules import Route, route
 from .sqlite import LocalOwner
 from .staged import COMMITS_DIR, staged_name
 
 _LOCAL_OWNERS: dict[str, CommitOwner] = {}
+_LOCAL_OWNERS_LOCK = threading.Lock()  # tables opened in several threads share one owner per database
 _FILESYSTEM = FilesystemCommitter()
 
 
 def resolve_owner(binding: Binding, tls: Tls | None = None) -> CommitOwner:
-    """A client for the owner a table names (one per database file / endpoint in a process)."""
+    """A client for the owner a table names (one per database file, PostgreSQL URL or endpoint in a
+    process). A table may name a `postgresql://` URL only without a password (`check_owner_url`):
+    the in-process owner finds one, if it needs one, where libpq looks (PGPASSWORD, ~/.pgpass)."""
     if binding.name != FEEDLOG_OWNER:
         raise Unsupported(f"commit owner {binding.name!r} is not one feedlog can talk to (only {FEEDLOG_OWNER!r})")
     conf = binding.config
@@ -35,9 +41,12 @@ def resolve_owner(binding: Binding, tls: Tls | None = None) -> CommitOwner:
         return GrpcOwner.shared(conf["endpoint"], tls)
     if "db" in conf:
         db = conf["db"]
-        if db not in _LOCAL_OWNERS:
-            _LOCAL_OWNERS[db] = LocalOwner(db)
-        return _LOCAL_OWNERS[db]
+        if is_postgres(db):
+            check_owner_url(db)  # a table written by someone else may still carry one: never use it
+        with _LOCAL_OWNERS_LOCK:
+            if db not in _LOCAL_OWNERS:
+                _LOCAL_OWNERS[db] = LocalOwner(db)
+            return _LOCAL_OWNERS[db]
     raise Corruption(f"{OWNER_CONF} names neither an endpoint nor a db: {conf}")
 
 

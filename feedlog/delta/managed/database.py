@@ -35,9 +35,16 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
+def is_postgres(db: str) -> bool:
+    """Whether an owner's database is a PostgreSQL URL (else it is a SQLite file path)."""
+    return db.startswith(("postgresql://", "postgres://"))
+
+
 def redact(url: str) -> str:
-    """A database URL without its password, to be named in messages and logs."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+    """A database URL without its password (in its user part or a query parameter), to be named in
+    messages and logs."""
+    url = re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+    return re.sub(r"([?&](?:ssl)?password=)[^&]*", r"\1***", url)
 
 
 class Tx:

@@ -32,7 +32,9 @@ import psycopg
 from psycopg import sql
 
 from ...errors import Unavailable
-from .database import Connection, Database, Tx, redact
+from .database import Connection, Database, Tx, is_postgres, redact
+
+__all__ = ["PostgresDatabase", "is_postgres"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tables (
@@ -64,10 +66,6 @@ CREATE TABLE IF NOT EXISTS commits (
 #: the advisory lock the schema's creation takes (CREATE ... IF NOT EXISTS races between processes)
 _SETUP_KEY = "feedlog owner schema"
 _CONNECT_TIMEOUT = 10
-
-
-def is_postgres(db: str) -> bool:
-    return db.startswith(("postgresql://", "postgres://"))
 
 
 class PostgresDatabase(Database):

@@ -16,9 +16,14 @@ writers without being named: the table's own embedded owner,
 `<table>/_feedlog/owner.db` (the Spark sink's default), which lives inside the
 directory they write anyway.
 
+A table names the in-process owner by its database: a SQLite file or a
+`postgresql://` URL, trusted by the URL exactly as written, and never with a
+password in it (`check_owner_url`: a table's properties are public to its
+readers; libpq finds the password in PGPASSWORD or ~/.pgpass).
+
 `CommitOwner` is the one interface both owners implement: `LocalOwner`
-(`owner.py`, SQLite, in process) and `GrpcOwner` (`owner_client.py`, the
-`feedlog owner serve` service). Both pass one behaviour suite.
+(`sqlite.py`, in process, on SQLite or PostgreSQL) and `GrpcOwner` (`client.py`,
+the `feedlog owner serve` service). Both pass one behaviour suite.
 
 Ownership changes (create, filesystem -> managed, managed -> filesystem) are
 ordinary commits routed to `register` / `release` instead of `commit`; the
@@ -33,12 +38,14 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
+from urllib.parse import parse_qs, urlsplit
 
 from ...errors import Corruption, InvalidArgument, PermissionDenied
 from ...rpc import SCHEME, Address
 from ..actions import MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Metadata, Protocol
 from ..committer import CommitResponse
 from ..replay import ict_enabled
+from .database import is_postgres, redact
 
 #: the `delta.managedCommitOwnerName` of feedlog's owners
 FEEDLOG_OWNER = "feedlog"
@@ -89,15 +96,23 @@ class Binding:
 
     @classmethod
     def feedlog(cls, endpoint: str | None = None, db: str | None = None, batch_size: int | None = None) -> Binding:
-        """feedlog's owner: the gRPC service at `endpoint`, or the in-process owner on SQLite file `db`.
+        """feedlog's owner: the gRPC service at `endpoint`, or the in-process owner on database `db`
+        (a SQLite file, or a `postgresql://` URL without a password: see `check_owner_url`).
 
         `endpoint` may list several processes serving one owner (sharing its PostgreSQL database):
         `grpc://h1:7070,h2:7070`; a client tries the next when one is unreachable."""
         if (endpoint is None) == (db is None):
-            raise InvalidArgument("name the commit owner by exactly one of a grpc:// endpoint or a database file")
+            raise InvalidArgument(
+                "name the commit owner by exactly one of a grpc:// endpoint or a database (file or postgresql:// URL)"
+            )
         if endpoint is not None and "," in endpoint:
             owner_endpoints(endpoint)  # every member must be a grpc://HOST:PORT
-        conf = {"endpoint": endpoint} if endpoint is not None else {"db": os.path.abspath(db or "")}
+        if endpoint is not None:
+            conf = {"endpoint": endpoint}
+        elif is_postgres(db or ""):
+            conf = {"db": check_owner_url(db or "")}
+        else:
+            conf = {"db": os.path.abspath(db or "")}
         if batch_size is not None:
             if batch_size < 1:
                 raise InvalidArgument(f"backfill batch size must be >= 1, got {batch_size}")
@@ -106,12 +121,17 @@ class Binding:
 
     @classmethod
     def parse(cls, spec: str, batch_size: int | None = None) -> Binding:
-        """'grpc://HOST:PORT[,HOST:PORT...]' (the service, at one or several endpoints) or a path to a
-        SQLite file (in process)."""
+        """'grpc://HOST:PORT[,HOST:PORT...]' (the service, at one or several endpoints), or the owner
+        in process on a database: 'postgresql://USER@HOST:PORT/DBNAME' or a SQLite file path."""
         if spec.startswith("grpc://"):
             return cls.feedlog(endpoint=spec, batch_size=batch_size)
+        if is_postgres(spec):
+            return cls.feedlog(db=spec, batch_size=batch_size)
         if "://" in spec:
-            raise InvalidArgument(f"bad commit owner {spec!r}: use grpc://HOST:PORT or a database file path")
+            raise InvalidArgument(
+                f"bad commit owner {redact(spec)!r}: use grpc://HOST:PORT, postgresql://USER@HOST/DBNAME "
+                "or a database file path"
+            )
         return cls.feedlog(db=spec, batch_size=batch_size)
 
     def properties(self) -> dict[str, str]:
@@ -126,18 +146,48 @@ class Binding:
 
     def describe(self) -> str:
         c = self.config
-        text = c.get("endpoint") or c.get("db") or self.name
+        text = c.get("endpoint") or redact(c.get("db") or "") or self.name
         # the table chose this text: bounded, so a hostile one cannot flood a message
         return text if len(text) <= _DESCRIBE_MAX else text[:_DESCRIBE_MAX] + "..."
 
     def identity(self) -> tuple[str, str, str]:
-        """Which owner this is, batch size aside: the endpoint, or the database file's real path."""
+        """Which owner this is, batch size aside: the endpoint, the PostgreSQL URL exactly as written
+        (trusting one names every connection parameter), or the database file's real path."""
         c = self.config
         if "endpoint" in c:
             return (self.name, "endpoint", c["endpoint"])
         if "db" in c:
-            return (self.name, "db", os.path.realpath(c["db"]))
+            db = c["db"]
+            return (self.name, "db", db if is_postgres(db) else os.path.realpath(db))
         return (self.name, "conf", json.dumps(c, sort_keys=True))
+
+
+#: connection parameters that are secrets: never in a table's properties
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
+def check_owner_url(url: str) -> str:
+    """A PostgreSQL URL a table may name as its owner's database (returned unchanged): one without a
+    password. A table's properties are readable by whoever reads the table, so the password goes
+    where libpq finds it on the owner's side: PGPASSWORD, ~/.pgpass, a pg_service.conf service, or
+    the configuration of a `feedlog owner serve --db URL` the table names by its grpc:// endpoint."""
+    try:
+        parts = urlsplit(url)
+        has_password = parts.password is not None
+        params = parse_qs(parts.query, keep_blank_values=True)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as e:
+        raise InvalidArgument(f"commit owner database {redact(url)!r} is not a valid URL: {e}") from None
+    secret = next((p for p in _SECRET_PARAMS if p in params), None)
+    if has_password or secret:
+        where = "a password" if has_password else f"a {secret} parameter"
+        raise InvalidArgument(
+            f"commit owner database {redact(url)!r} holds {where}, and a table's properties are readable "
+            "by all its readers: leave it out of the URL and give it through PGPASSWORD or ~/.pgpass "
+            "(or a pg_service.conf service), or keep it in the owner's own configuration "
+            "(feedlog owner serve --db URL) and name that owner's grpc:// endpoint"
+        )
+    return url
 
 
 class OwnerNotTrusted(PermissionDenied):
