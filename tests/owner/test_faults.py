@@ -1,4 +1,7 @@
-"""Crashes and concurrency with real processes: `feedlog owner serve`, writer processes killed at fail points."""
+"""Crashes and concurrency with real processes: `feedlog owner serve`, writer processes killed at fail points.
+
+Each runs with the owner's state in SQLite and in PostgreSQL (`state`: a file, or a schema of the
+test's own; the PostgreSQL runs are skipped, saying why, when no server answers)."""
 
 from __future__ import annotations
 
@@ -29,6 +32,12 @@ for i in range(n):
 """
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the owner keeps its state: a SQLite file or a PostgreSQL URL (the table names either)."""
+    return request.getfixturevalue("postgres_url") if request.param == "postgresql" else str(tmp_path / "owner.db")
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -43,10 +52,10 @@ def writer(path: Path, token: str, who: int, n: int, failpoints: str = "") -> su
 
 
 @pytest.mark.slow
-def test_writer_processes_through_the_grpc_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writer_processes_through_the_grpc_owner(tmp_path: Path, state: str, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
     monkeypatch.setenv(OWNER_ENV, f"grpc://127.0.0.1:{port}")  # the writer processes trust it too
-    owner = owner_process(str(tmp_path / "owner.db"), tmp_path, port)
+    owner = owner_process(state, tmp_path, port)
     try:
         t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 4))
         assert t.owner_token
@@ -64,11 +73,13 @@ def test_writer_processes_through_the_grpc_owner(tmp_path: Path, monkeypatch: py
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["managed.staged", "managed.answered"])
-def test_writer_killed_around_the_ratification(tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Killed after staging (never ratified: invisible) or after the owner ratified (kept, then backfilled)."""
-    db = tmp_path / "owner.db"
-    monkeypatch.setenv(OWNER_ENV, str(db))  # the writer processes and fresh readers trust it
-    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.feedlog(db=str(db), batch_size=100))
+def test_writer_killed_around_the_ratification(
+    tmp_path: Path, state: str, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after staging (never ratified: invisible) or after the owner ratified (kept, then backfilled).
+    The owner runs in the writer processes, its state shared through the SQLite file or PostgreSQL."""
+    monkeypatch.setenv(OWNER_ENV, state)  # the writer processes and fresh readers trust it
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.feedlog(db=state, batch_size=100))
     assert t.owner_token
     doomed = writer(tmp_path / "t", t.owner_token, 1, 1, f"{point}=exit")
     doomed.communicate(timeout=60)
@@ -89,12 +100,12 @@ def test_writer_killed_around_the_ratification(tmp_path: Path, point: str, monke
 
 
 @pytest.mark.slow
-def test_owner_killed_mid_backfill_finishes_it_on_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_owner_killed_mid_backfill_finishes_it_on_restart(
+    tmp_path: Path, state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     port = free_port()
     monkeypatch.setenv(OWNER_ENV, f"grpc://127.0.0.1:{port}")
-    owner = owner_process(
-        str(tmp_path / "owner.db"), tmp_path, port, {"FEEDLOG_FAILPOINTS": "owner.backfilled_one=exit@3"}
-    )
+    owner = owner_process(state, tmp_path, port, {"FEEDLOG_FAILPOINTS": "owner.backfilled_one=exit@3"})
     t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 5))
     assert t.owner_token
     w = writer(tmp_path / "t", t.owner_token, 1, 5)
@@ -104,12 +115,40 @@ def test_owner_killed_mid_backfill_finishes_it_on_restart(tmp_path: Path, monkey
     assert owner.wait(30) == EXIT_CODE
     assert w.returncode != 0 and out.split() == ["1", "2", "3", "4"]
     assert deltalake_version(tmp_path / "t") == 3  # versions 1-3 were copied before the crash
-    owner = owner_process(
-        str(tmp_path / "owner.db"), tmp_path, port
-    )  # restart: it completes the backfill before serving
+    owner = owner_process(state, tmp_path, port)  # restart: it completes the backfill before serving
     try:
         assert deltalake_version(tmp_path / "t") == 5
         assert sorted(deltalake_read(tmp_path / "t").column("id").to_pylist()) == [1000 + i for i in range(5)]
         assert DeltaTable.open(tmp_path / "t").version() == 5
+    finally:
+        stop(owner)
+
+
+@pytest.mark.slow
+def test_owner_killed_between_ratifying_and_answering(
+    tmp_path: Path, state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner dies once version 3's ratification is committed to its database, before it answers or
+    backfills: the writer cannot learn the outcome and says so; the restarted owner has kept the
+    commit (durable before any answer) and backfills it, once."""
+    port = free_port()
+    monkeypatch.setenv(OWNER_ENV, f"grpc://127.0.0.1:{port}")
+    owner = owner_process(state, tmp_path, port, {"FEEDLOG_FAILPOINTS": "owner.ratified=exit@3"})
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.parse(f"grpc://127.0.0.1:{port}", 1))
+    assert t.owner_token
+    w = writer(tmp_path / "t", t.owner_token, 1, 3)
+    out, _ = w.communicate(timeout=120)
+    assert owner.wait(30) == EXIT_CODE
+    assert w.returncode != 0 and out.split() == ["1", "2"]
+    assert deltalake_version(tmp_path / "t") == 2  # version 3 is ratified, not yet backfilled
+    owner = owner_process(state, tmp_path, port)  # restart: it backfills what it ratified first
+    try:
+        assert deltalake_version(tmp_path / "t") == 3
+        later = writer(tmp_path / "t", t.owner_token, 2, 1)
+        out, _ = later.communicate(timeout=60)
+        assert later.returncode == 0 and out.split() == ["4"]
+        ids = sorted(deltalake_read(tmp_path / "t").column("id").to_pylist())
+        assert ids == [1000, 1001, 1002, 2000]  # the uncertain commit is there exactly once
+        assert os.listdir(tmp_path / "t" / COMMITS_DIR) == []
     finally:
         stop(owner)
