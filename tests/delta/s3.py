@@ -1,15 +1,26 @@
 """An S3-compatible server on loopback for the object-storage tests: moto's standalone server.
 
-`s3_server` (session scope) starts moto's ThreadedMotoServer on 127.0.0.1 at a free port,
-creates the bucket `lake`, and checks the server refuses a second `If-None-Match: *` put (the
-conditional create feedlog's filesystem committer relies on) before any test relies on it.
-Import `s3_server_fixture` into a test module to use the fixture `s3_server`.
+`s3_server` (session scope) starts moto's server (`python -m moto.server`) in a process of its own
+on 127.0.0.1 at a free port, creates the bucket `lake`, and checks the server refuses a second
+`If-None-Match: *` put (the conditional create feedlog's filesystem committer relies on) before
+any test relies on it. Import `s3_server_fixture` into a test module to use the fixture `s3_server`.
+
+The server must not run in the tests' own process (moto's ThreadedMotoServer): deltalake reads
+Parquet through an Arrow stream whose `read_all` holds the GIL while it waits for the store, so a
+server thread in the same interpreter can never answer it and every deltalake read times out
+("Failed to fetch metadata ... error sending request"), even of a table deltalake wrote itself.
 """
 
 from __future__ import annotations
 
-import logging
+import os
 import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +28,8 @@ from dataclasses import dataclass
 import pytest
 
 BUCKET = "lake"
+#: how long the server may take to answer its first request
+START_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +52,7 @@ class S3Server:
         """A fresh table URL in the bucket (unique per call)."""
         return f"s3://{self.bucket}/{name}-{uuid.uuid4().hex[:12]}"
 
-    def client(self):  # boto3 client, for the fixture's own checks
+    def client(self):  # boto3 client, for the fixture's own checks and for listing what a test left
         import boto3
 
         return boto3.client(
@@ -50,6 +63,18 @@ class S3Server:
             region_name="us-east-1",
         )
 
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every object name under `prefix` in the bucket, hidden ones included (bounded: 10 pages)."""
+        client, keys, token = self.client(), [], None
+        for _ in range(10):
+            kw: dict[str, str] = {"ContinuationToken": token} if token else {}
+            page = client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, **kw)
+            keys += [o["Key"] for o in page.get("Contents", ())]
+            token = page.get("NextContinuationToken")
+            if not token:
+                return keys
+        raise AssertionError(f"more than 10 pages of objects under {prefix!r}")
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -57,17 +82,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_until_up(process: subprocess.Popen[bytes], endpoint: str, log_path: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            with open(log_path, errors="replace") as f:
+                raise RuntimeError(f"moto's server exited with {process.returncode}: {f.read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(endpoint + "/moto-api/", timeout=2):
+                return
+        except urllib.error.HTTPError:  # an answer, even an error status, means it is serving
+            return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise RuntimeError(f"moto's server did not answer on {endpoint} within {START_TIMEOUT_S:.0f} s")
+
+
 @pytest.fixture(scope="session", name="s3_server")
 def s3_server_fixture() -> Iterator[S3Server]:
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
     import botocore.exceptions
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one request log line per call otherwise
     port = free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # its own, not the tests'
+    with tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False) as log:
+        # stdout and stderr to a file: one request log line per call would fill a pipe and stall it
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
-        s3 = S3Server(f"http://127.0.0.1:{port}", BUCKET)
+        _wait_until_up(process, endpoint, log.name)
+        s3 = S3Server(endpoint, BUCKET)
         client = s3.client()
         client.create_bucket(Bucket=BUCKET)
         # the server must refuse a second conditional create, or the tests prove nothing
@@ -79,4 +129,10 @@ def s3_server_fixture() -> Iterator[S3Server]:
         client.delete_object(Bucket=BUCKET, Key="probe")
         yield s3
     finally:
-        server.stop()
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        os.unlink(log.name)
