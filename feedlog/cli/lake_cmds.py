@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument
-from .args import Subcommands
+from .args import Subcommands, storage_option_args, storage_options_of
 from .fmt import emit, fmt_ts
 from .table_cmds import token_args, token_of
 
@@ -28,8 +28,11 @@ def _session(ns: argparse.Namespace) -> SparkSession:
 def cmd_ingest(ns: argparse.Namespace) -> None:
     from ..lake.feeds import parse_sources
     from ..lake.ingest import ingest_batch, ingest_stream
+    from ..lake.sink import table_location
 
-    parse_sources(",".join(ns.sources))  # bad specs fail here, before Spark starts
+    parse_sources(",".join(ns.sources))  # bad specs and table locations fail here, before Spark starts
+    table_location(ns.table)
+    storage_options_of(ns)
     if ns.checkpoint_location and not ns.stream:
         raise InvalidArgument("--checkpoint-location is for --stream")
     say = (lambda _m: None) if ns.json else (lambda m: print(m, flush=True))
@@ -44,11 +47,20 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
             checkpoint_location=ns.checkpoint_location,
             available_now=ns.available_now,
             max_entries_per_trigger=ns.max_entries_per_trigger,
+            storage_options=storage_options_of(ns),
             progress=say,
         )
         emit(ns, {"rows": r.rows, "seconds": round(r.seconds, 3)}, f"ingested {r.rows} entries in {r.seconds:.1f}s")
         return
-    r = ingest_batch(spark, ns.sources, ns.table, owner=ns.owner, token=token_of(ns), progress=say)
+    r = ingest_batch(
+        spark,
+        ns.sources,
+        ns.table,
+        owner=ns.owner,
+        token=token_of(ns),
+        storage_options=storage_options_of(ns),
+        progress=say,
+    )
     rate = r.rows / r.seconds if r.seconds else 0
     human = (
         f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s "
@@ -75,7 +87,7 @@ def cmd_audit(ns: argparse.Namespace) -> int:
         if len(raw) != 32:
             raise InvalidArgument(f"--key {k!r} is not a feed key (64 hex digits)")
         keys.append(raw)
-    report = audit_table(ns.table, keys or None, ns.version, owner=ns.owner)
+    report = audit_table(ns.table, keys or None, ns.version, owner=ns.owner, storage_options=storage_options_of(ns))
 
     def human() -> None:
         if not keys:
@@ -103,14 +115,15 @@ def cmd_expire(ns: argparse.Namespace) -> None:
     from ..lake.expire import expire
     from ..log.timestamps import parse_duration
 
-    DeltaTable.open(ns.table, owner=ns.owner)  # a missing table fails before Spark starts
+    options = storage_options_of(ns)
+    DeltaTable.open(ns.table, owner=ns.owner, storage_options=options)  # a missing table fails before Spark starts
     every = parse_duration(ns.every) / 1000 if ns.every else None
     if ns.rounds is not None and ns.rounds < 1:
         raise InvalidArgument("--rounds must be >= 1")
     spark = _session(ns)
     rounds, token = 0, token_of(ns)
     while True:
-        r = expire(spark, ns.table, token=token, owner=ns.owner)
+        r = expire(spark, ns.table, token=token, owner=ns.owner, storage_options=options)
         rounds += 1
         emit(
             ns,
@@ -133,13 +146,15 @@ def register(sub: Subcommands) -> None:
         "timestamps, if missing). Rerunning picks up where the table stopped.",
     )
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="grpc://HOST:PORT/KEY or a feed directory")
-    p.add_argument("table", metavar="TABLE", help="the Delta table directory")
+    p.add_argument("table", metavar="TABLE", help="the Delta table: a directory, or an object-store URL (s3://...)")
     p.add_argument(
         "--owner",
         help="commit owner for a new table, and the one trusted for an existing one: grpc://HOST:PORT, a SQLite "
-        "file, or 'filesystem' (default: in process, <TABLE>/_feedlog/owner.db; $FEEDLOG_OWNER is trusted too)",
+        "file, or 'filesystem' (default: in process, <TABLE>/_feedlog/owner.db; $FEEDLOG_OWNER is trusted too; "
+        "a table on an object store needs one named)",
     )
     token_args(p)
+    storage_option_args(p)
     p.add_argument("--stream", action="store_true", help="run a streaming query until stopped (Ctrl-C)")
     p.add_argument("--available-now", action="store_true", help="with --stream: stop once caught up")
     p.add_argument("--max-entries-per-trigger", type=int, metavar="N", help="with --stream: micro-batch size")
@@ -163,6 +178,7 @@ def register(sub: Subcommands) -> None:
         help="the commit owner to ask for un-backfilled commits, grpc://HOST:PORT or a database file "
         "(default $FEEDLOG_OWNER; without one the backfilled log is audited)",
     )
+    storage_option_args(a)
     a.add_argument("--json", action="store_true")
     a.set_defaults(handler=cmd_audit)
 
@@ -182,6 +198,7 @@ def register(sub: Subcommands) -> None:
         help="the table's commit owner to trust, grpc://HOST:PORT or a database file "
         "(default: <TABLE>/_feedlog/owner.db and $FEEDLOG_OWNER)",
     )
+    storage_option_args(e)
     e.add_argument("--master", help="Spark master URL (default local[*])")
     e.add_argument("--json", action="store_true")
     e.set_defaults(handler=cmd_expire)

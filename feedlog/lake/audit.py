@@ -107,11 +107,15 @@ def _signed_states(history: Iterable[Mapping[str, Any]], key: str) -> list[TreeS
 
 
 def audit_table(
-    path: str, keys: Sequence[bytes] | None = None, version: int | None = None, owner: str | None = None
+    path: str,
+    keys: Sequence[bytes] | None = None,
+    version: int | None = None,
+    owner: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> AuditReport:
     # owner: the commit owner to ask for un-backfilled commits (default $FEEDLOG_OWNER); else the
     # backfilled log is audited, with a warning
-    table = DeltaTable.open(path, owner=owner)
+    table = DeltaTable.open(path, owner=owner, storage_options=storage_options)
     snap = table.snapshot(version)
     missing_cols = [c for c in COLUMNS if c not in snap.schema.names]
     if missing_cols:

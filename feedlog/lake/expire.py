@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 from ..clock import Clock, SystemClock
 from ..delta import DeltaTable, Snapshot
 from ..delta.actions import Add
-from ..delta.storage import LocalStorage
+from ..delta.objectstore import open_storage
 from ..delta.writer import WriteOptions, write_files
 from ..errors import Conflict, InvalidArgument, Unsupported
 from ..log.crypto import leaf_hash
@@ -59,6 +60,7 @@ def _may_expire(add: Add, now_ms: int) -> bool:
 @dataclass(frozen=True)
 class _Job:
     path: str
+    storage_options: dict[str, str] | None
     schema: pa.Schema
     options: WriteOptions
     now_ms: int
@@ -69,7 +71,7 @@ class _Job:
 
 def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
     """(old add, new add or None, rows cleared) for one file; runs on an executor."""
-    storage = LocalStorage(job.path)
+    storage = open_storage(job.path, job.storage_options)
     rel = urllib.parse.unquote(add_json["path"])
     data = pq.read_table(pa.BufferReader(storage.read(rel)))
     now = pa.scalar(job.now_ms * 1000, TIMESTAMP)
@@ -106,13 +108,21 @@ def expire(
     token: str | None = None,
     owner: str | None = None,
     clock: Clock | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> ExpireResult:
     """Clear the payloads of rows expired at `now_ms` (default: now); one commit, or none if nothing expired.
 
     `owner`: the commit owner to trust (default: the table's embedded one and $FEEDLOG_OWNER).
-    `clock` (default: the system clock) tells now, the rewritten files' time and the commit's."""
+    `clock` (default: the system clock) tells now, the rewritten files' time and the commit's.
+    `storage_options`: the table's object-store options, which the executors get too."""
     clock = clock or SystemClock()
-    table = DeltaTable.open(path, owner_token=table_token(path, token), owner=trusted(path, owner), clock=clock)
+    table = DeltaTable.open(
+        path,
+        owner_token=table_token(path, token),
+        owner=trusted(path, owner),
+        clock=clock,
+        storage_options=storage_options,
+    )
     # the transaction starts from the snapshot the files are chosen in: a concurrent compaction that
     # removes one of them makes this commit conflict instead of removing it twice
     tx = table.transaction("TTL COMPACTION")
@@ -126,7 +136,8 @@ def expire(
     if not candidates:
         return ExpireResult(None, 0, 0)
     options = WriteOptions.from_properties(snap.metadata.configuration)
-    job = _Job(table.storage.location, snap.schema, options, now, clock.now_ms())
+    options_for_executors = dict(storage_options) if storage_options else None
+    job = _Job(table.storage.location, options_for_executors, snap.schema, options, now, clock.now_ms())
     results = (
         spark.sparkContext.parallelize(candidates, min(len(candidates), 64)).map(lambda a: _rewrite(job, a)).collect()
     )
@@ -141,7 +152,7 @@ def expire(
     try:
         result = tx.commit()
     except Conflict:  # definitely not committed: the new files are nobody's
-        storage = LocalStorage(table.storage.location)
+        storage = table.storage
         for _old, new, _n in changed:
             storage.delete(urllib.parse.unquote(new.path))
         raise

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors
-from ..delta import DeltaTable, TableNotFound
+from ..delta import TableNotFound
 from .feeds import FeedSource, parse_sources
 from .sink import FORMAT as SINK
-from .sink import STATE_DIR, app_id, table_token, trusted
+from .sink import STATE_DIR, STORAGE_PREFIX, app_id, is_url, open_table, table_location
 from .source import FIRST_SEQ
 from .source import FORMAT as SOURCE
 
@@ -67,17 +67,21 @@ class IngestResult:
     in_commit_timestamp: int | None = None
 
 
-def landed(table: str, sources: Sequence[FeedSource], owner: str | None = None) -> dict[str, int]:
+def landed(
+    table: str, sources: Sequence[FeedSource], owner: str | None = None, storage: Mapping[str, str] | None = None
+) -> dict[str, int]:
     """Where each feed's rows in the table end (its txn marker), FIRST_SEQ for a new feed or table."""
     try:
-        t = DeltaTable.open(table, owner_token=table_token(table, None), owner=trusted(table, owner))
+        t = open_table(table, None, owner, storage)
     except TableNotFound:
         return {s.key_hex: FIRST_SEQ for s in sources}
     return {s.key_hex: max(t.txn_version(app_id(s.key_hex)) or FIRST_SEQ, FIRST_SEQ) for s in sources}
 
 
-def plan(sources: Sequence[FeedSource], table: str, owner: str | None = None) -> list[FeedPlan]:
-    starts = landed(table, sources, owner)
+def plan(
+    sources: Sequence[FeedSource], table: str, owner: str | None = None, storage: Mapping[str, str] | None = None
+) -> list[FeedPlan]:
+    starts = landed(table, sources, owner, storage)
     out = []
     for s in sources:
         length = s.signed_length()
@@ -96,8 +100,11 @@ def _where(src: FeedSource) -> str:
     return src.path or src.spec
 
 
-def _sink_options(owner: str | None, token: str | None, job: str | None = None) -> dict[str, str]:
+def _sink_options(
+    owner: str | None, token: str | None, storage: Mapping[str, str] | None, job: str | None = None
+) -> dict[str, str]:
     out = {"jobId": job} if job else {}
+    out.update({STORAGE_PREFIX + k: v for k, v in (storage or {}).items()})
     if owner:
         out["owner"] = owner
     if token:
@@ -112,11 +119,14 @@ def ingest_batch(
     *,
     owner: str | None = None,
     token: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
     progress: Progress = print,
 ) -> IngestResult:
+    """One Spark job landing every feed's new entries in `table` (a directory or an object-store URL
+    with `storage_options`), exactly once."""
     sources = parse_sources(",".join(specs))
-    table = str(Path(table).resolve())
-    plans = plan(sources, table, owner)
+    table = table_location(table)
+    plans = plan(sources, table, owner, storage_options)
     for p in plans:
         progress(f"feed {p.source.key_hex[:16]}... ({p.source.spec}): seqs {p.start}..{p.end - 1}, {p.entries} new")
     total = sum(p.entries for p in plans)
@@ -125,7 +135,7 @@ def ingest_batch(
         return IngestResult(None, 0, 0.0)
     t0 = time.monotonic()
     job = uuid.uuid4().hex  # recorded in our commit: a concurrent job may commit after us
-    before = _version(table, owner)
+    before = _version(table, owner, storage_options)
 
     def offsets(attr: str) -> str:
         return json.dumps({p.source.key_hex: getattr(p, attr) for p in plans})
@@ -138,13 +148,14 @@ def ingest_batch(
             .option("endingOffsets", offsets("end"))
             .load()
         )
-        df.write.format(SINK).options(**_sink_options(owner, token, job)).mode("append").save(table)
+        sink_options = _sink_options(owner, token, storage_options, job)
+        df.write.format(SINK).options(**sink_options).mode("append").save(table)
     except errors.FeedlogError:
         raise
     except Exception as e:  # Py4J / PySpark errors: find ours inside
         raise spark_error(e) from None
     seconds = time.monotonic() - t0
-    t = DeltaTable.open(table, owner_token=table_token(table, token), owner=trusted(table, owner))
+    t = open_table(table, token, owner, storage_options)
     done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans if p.entries)
     if not done:
         raise errors.Conflict("the commit did not record every feed's progress; rerun to finish")
@@ -154,10 +165,10 @@ def ingest_batch(
     return IngestResult(mine.version if mine else None, total, seconds, mine.in_commit_timestamp if mine else None)
 
 
-def _version(table: str, owner: str | None) -> int:
+def _version(table: str, owner: str | None, storage: Mapping[str, str] | None) -> int:
     """The table's version now, -1 if there is no table yet."""
     try:
-        return DeltaTable.open(table, owner_token=table_token(table, None), owner=trusted(table, owner)).version()
+        return open_table(table, None, owner, storage).version()
     except TableNotFound:
         return -1
 
@@ -169,6 +180,12 @@ def _job_of(info: Mapping[str, Any]) -> str | None:
 
 
 def default_checkpoint(table: str, specs: Sequence[str]) -> str:
+    """`<table>/_feedlog/checkpoints/<hash of the sources>`, for a table in a local directory."""
+    if is_url(table):
+        raise errors.InvalidArgument(
+            f"streaming into {table} needs a checkpoint location (CLI --checkpoint-location): Spark keeps "
+            "its checkpoints on a Hadoop filesystem, which an object-store table does not give it here"
+        )
     digest = hashlib.sha256("\n".join(sorted(specs)).encode()).hexdigest()[:16]
     return str(Path(table).resolve() / STATE_DIR / "checkpoints" / digest)
 
@@ -185,11 +202,12 @@ def ingest_stream(
     trigger_seconds: float = 1.0,
     max_entries_per_trigger: int | None = None,
     timeout: float | None = None,
+    storage_options: Mapping[str, str] | None = None,
     progress: Progress = print,
 ) -> IngestResult:
     sources = parse_sources(",".join(specs))
-    table = str(Path(table).resolve())
-    starts = landed(table, sources, owner)
+    table = table_location(table)
+    starts = landed(table, sources, owner, storage_options)
     ckpt = checkpoint_location or default_checkpoint(table, [_where(s) for s in sources])
     reader = (
         spark.readStream.format(SOURCE)
@@ -201,7 +219,7 @@ def ingest_stream(
     t0 = time.monotonic()
     rows = 0
     try:
-        writer = reader.load().writeStream.format(SINK).options(**_sink_options(owner, token))
+        writer = reader.load().writeStream.format(SINK).options(**_sink_options(owner, token, storage_options))
         writer = writer.option("checkpointLocation", ckpt).outputMode("append")
         writer = (
             writer.trigger(availableNow=True)

@@ -51,13 +51,14 @@ from pyspark.sql.types import StructType
 
 from .. import failpoints
 from ..clock import Clock, SystemClock
-from ..delta import DeltaTable, LocalStorage, TableNotFound
+from ..delta import DeltaTable, Storage, TableNotFound
 from ..delta.actions import Add
 from ..delta.managed import TOKEN_ENV, Binding, new_token, staged_data_paths, trusted_owners
+from ..delta.objectstore import OBJECT_SCHEMES, open_storage, scheme_of
 from ..delta.schema import conform
 from ..delta.transaction import CommitResult
 from ..delta.writer import WriteOptions, write_files
-from ..errors import AlreadyExists, Conflict, InvalidArgument
+from ..errors import AlreadyExists, Conflict, FeedlogError, InvalidArgument
 
 FORMAT = "feedlog-delta"
 APP_PREFIX = "feedlog:"
@@ -65,6 +66,9 @@ APP_PREFIX = "feedlog:"
 STATE_DIR = "_feedlog"
 EMBEDDED_DB = "owner.db"
 TOKEN_FILE = "owner-token"
+#: Spark options `storage.KEY` are the table's object-store options (delta-rs's keys), e.g.
+#: .option("storage.AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+STORAGE_PREFIX = "storage."
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 DEFAULT_CHECKPOINT_INTERVAL = 10
 
@@ -113,14 +117,33 @@ def feed_ranges(data: pa.Table) -> dict[str, FeedRange]:
     return out
 
 
+def is_url(table: str) -> bool:
+    """Whether `table` names a table on an object store (`s3://...`) rather than a local directory."""
+    return scheme_of(table) is not None
+
+
+def table_location(table: str) -> str:
+    """How executors and the owner name the table: a local directory made absolute (executors'
+    working directories differ), a URL as given (a URL feedlog does not serve is InvalidArgument)."""
+    if not is_url(table):
+        return str(Path(table).resolve())
+    scheme = scheme_of(table)
+    if scheme not in OBJECT_SCHEMES or not table[len(scheme or "") + 1 :].startswith("//"):
+        open_storage(table)  # raises the one-line InvalidArgument naming what is wrong
+    return table.rstrip("/")
+
+
 def _token_path(table: str) -> Path:
     return Path(table) / STATE_DIR / TOKEN_FILE
 
 
 def table_token(path: str, given: str | None) -> str | None:
-    """The owner token: given, $FEEDLOG_OWNER_TOKEN, or the one kept in the table's `_feedlog/`."""
+    """The owner token: given, $FEEDLOG_OWNER_TOKEN, or the one kept in a local table's `_feedlog/`
+    (a table on an object store keeps none: a token in the bucket is readable by every reader)."""
     if given or os.environ.get(TOKEN_ENV):
         return given or os.environ.get(TOKEN_ENV)
+    if is_url(path):
+        return None
     try:
         return _token_path(path).read_text().strip() or None
     except FileNotFoundError:
@@ -129,6 +152,11 @@ def table_token(path: str, given: str | None) -> str | None:
 
 def _keep_token(path: str) -> str:
     """A token for a table being created, agreed put-if-absent so concurrent creators share one."""
+    if is_url(path):
+        raise InvalidArgument(
+            f"creating the managed table {path} needs its owner token (option ownerToken, CLI --token-file, or "
+            f"${TOKEN_ENV}): a table on an object store has no directory of ours to keep a generated one in"
+        )
     p = _token_path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     token = new_token()
@@ -144,7 +172,15 @@ def _keep_token(path: str) -> str:
 
 
 def owner_binding(path: str, spec: str | None) -> Binding | None:
+    """The owner a new table at `path` gets: the option `owner` (a spec), or by default the
+    embedded owner in a local table's `_feedlog/`; a table on an object store has no default."""
     if spec is None or spec == "" or spec == "embedded":
+        if is_url(path):
+            raise InvalidArgument(
+                f"{path} is on an object store, where a table has no embedded commit owner: give the owner "
+                "(option owner / CLI --owner): grpc://HOST:PORT for a served owner, a database file or "
+                "postgresql:// URL for one in this process, or 'filesystem' for commits by conditional put"
+            )
         return Binding.feedlog(db=str(Path(path).resolve() / STATE_DIR / EMBEDDED_DB))
     if spec == "filesystem":
         return None
@@ -152,26 +188,42 @@ def owner_binding(path: str, spec: str | None) -> Binding | None:
 
 
 def trusted(path: str, spec: str | None) -> list[Binding]:
-    """The owners a feedlog job on `path` talks to: the one its `owner` option names (default: the
+    """The owners a feedlog job on `path` talks to: the one its `owner` option names (default: a local
     table's embedded owner) and $FEEDLOG_OWNER's; a table naming another one is not written."""
-    named = owner_binding(path, spec)
+    named = None if is_url(path) and spec in (None, "", "embedded") else owner_binding(path, spec)
     return ([named] if named is not None else []) + list(trusted_owners(None))
+
+
+def storage_options_in(options: Mapping[str, str]) -> dict[str, str] | None:
+    """The object-store options among a Spark data source's options: `storage.KEY` -> KEY."""
+    found = {k[len(STORAGE_PREFIX) :]: v for k, v in options.items() if k.lower().startswith(STORAGE_PREFIX)}
+    return found or None
+
+
+def open_table(
+    path: str, token: str | None, owner: str | None, storage_options: Mapping[str, str] | None
+) -> DeltaTable:
+    """The table at `path` as a feedlog job opens it: its owner token, the owners it trusts, its store."""
+    return DeltaTable.open(
+        path, owner_token=table_token(path, token), owner=trusted(path, owner), storage_options=storage_options
+    )
 
 
 def open_or_create(path: str, schema: pa.Schema, options: Mapping[str, str]) -> DeltaTable:
     token = table_token(path, options.get("ownerToken"))
     owners = trusted(path, options.get("owner"))
+    store = storage_options_in(options)
     try:
-        return DeltaTable.open(path, owner_token=token, owner=owners)
+        return DeltaTable.open(path, owner_token=token, owner=owners, storage_options=store)
     except TableNotFound:
         pass
     binding = owner_binding(path, options.get("owner"))
     if binding is not None and token is None:
         token = _keep_token(path)
     try:
-        return DeltaTable.create(path, schema, owner=binding, owner_token=token)
+        return DeltaTable.create(path, schema, owner=binding, owner_token=token, storage_options=store)
     except AlreadyExists:
-        return DeltaTable.open(path, owner_token=token, owner=owners)
+        return DeltaTable.open(path, owner_token=token, owner=owners, storage_options=store)
 
 
 @dataclass(frozen=True)
@@ -192,6 +244,20 @@ class SinkConfig:
     job_id: str | None = None
     #: stamps data files and commits (picklable: the system clock, or a test's manual clock)
     clock: Clock = field(default_factory=SystemClock)
+    #: the table's object-store options (`storage.KEY` options), for executors and the committing worker
+    storage_options: dict[str, str] | None = None
+
+    def storage(self) -> Storage:
+        return open_storage(self.path, self.storage_options)
+
+    def open(self, clock: Clock | None = None) -> DeltaTable:
+        return DeltaTable.open(
+            self.path,
+            owner_token=self.token,
+            owner=trusted(self.path, self.owner),
+            clock=clock,
+            storage_options=self.storage_options,
+        )
 
     @classmethod
     def prepare(
@@ -217,7 +283,7 @@ class SinkConfig:
             except ValueError:
                 raise InvalidArgument(f"txnVersion must be an integer, not {raw!r}") from None
         return cls(
-            path=str(Path(path).resolve()),
+            path=table_location(path),
             token=table.owner_token,
             schema=snap.schema,
             partition_columns=snap.partition_columns,
@@ -227,6 +293,7 @@ class SinkConfig:
             app_version=version,
             owner=options.get("owner"),
             job_id=options.get("jobId"),
+            storage_options=storage_options_in(options),
         )
 
     # executors
@@ -236,9 +303,8 @@ class SinkConfig:
         if not got:
             return FilesWritten([])
         data = conform(pa.Table.from_batches(got), self.schema)
-        storage = LocalStorage(self.path)
         adds = write_files(
-            storage,
+            self.storage(),
             self.schema,
             self.partition_columns,
             data,
@@ -260,9 +326,7 @@ class SinkConfig:
         app_version = batch_id if batch_id is not None else self.app_version
         if not adds and not self.overwrite:
             return None
-        table = DeltaTable.open(
-            self.path, owner_token=self.token, owner=trusted(self.path, self.owner), clock=self.clock
-        )
+        table = self.open(self.clock)
         try:
             tx = table.transaction("STREAMING UPDATE" if batch_id is not None else "WRITE")
             if self.app_id is not None and app_version is not None:
@@ -301,9 +365,9 @@ class SinkConfig:
         return result
 
     def _discard(self, adds: Sequence[Add]) -> None:
-        storage = LocalStorage(self.path)
+        storage = self.storage()
         for a in adds:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, FeedlogError):
                 storage.delete(urllib.parse.unquote(a.path))
 
     def abort(self, messages: Sequence[FilesWritten | None]) -> None:
@@ -314,11 +378,11 @@ class SinkConfig:
         if not adds:
             return
         try:
-            t = DeltaTable.open(self.path, owner_token=self.token, owner=trusted(self.path, self.owner))
+            t = self.open()
             held = {a.path for a in t.snapshot().files()}
         except TableNotFound:
             held = set()
-        staged = staged_data_paths(LocalStorage(self.path))
+        staged = staged_data_paths(self.storage())
         if staged is not None:  # None: a staged commit could not be read, so it may hold any of them
             held |= staged
             self._discard([a for a in adds if a.path not in held])

@@ -1,31 +1,50 @@
-"""`feedlog ingest` on Spark with real executors: `local-cluster[2,1,1024]` starts two executor JVMs,
-each with its own Python workers, that share nothing with the driver but the network and the disk.
+"""`feedlog ingest` on Spark with real executors, into a managed table on an object store.
 
-The executors read the feeds from a peer over gRPC and write the data files; the committing worker
-commits through the table's owner. A job whose committing worker dies before its commit lands
-nothing; the rerun lands every entry exactly once. Each job is its own process (one SparkContext
-per JVM), so this does not use the suite's shared local session.
+`local-cluster[2,1,1024]` starts two executor JVMs, each with its own Python workers, that share
+nothing with the driver but the network: they read the feeds from a peer over gRPC and write the
+data files to moto's S3 server (tests/delta/s3.py) with the storage options the job hands them.
+The committing worker commits through a commit owner served over gRPC, which reaches the bucket
+with credentials of its own. Three things are killed on the way, and every entry still lands
+exactly once:
+
+1. the driver (the whole `feedlog ingest` process group) while executors have written files;
+2. one executor JVM while its task stands at the same step (Spark reruns the task elsewhere);
+3. the committing worker just before its commit.
+
+Each job is its own process (one SparkContext per JVM), so this does not use the suite's shared
+local session. A fail point holds every executor task after its files are written (`wait`, released
+by a gate file), so each kill lands at a known step rather than by timing.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from feedlog.delta import DeltaTable
+from feedlog.delta.managed import OWNER_ENV, Binding
+from feedlog.failpoints import GATE_ENV
 from feedlog.lake.audit import audit_table
 from feedlog.replication.sync import push
 from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
+from feedlog_server.owner import OwnerServer
 
+from ..delta.s3 import S3Server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
 from .conftest import KEY_A, KEY_B, make_feed
 
 MASTER = "local-cluster[2,1,1024]"
+TOKEN = "cluster-test-token"
+EXECUTOR = "CoarseGrainedExecutorBackend"
+WAIT_S = 120  # for any one step of a job; a step that takes longer fails the test
 
 
 @pytest.fixture
@@ -35,37 +54,141 @@ def peer(tmp_path: Path) -> Iterator[PeerServer]:
     server.stop()
 
 
-def ingest(sources: list[str], table: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "feedlog.cli", "ingest", *sources, str(table), "--master", MASTER],
-        capture_output=True,
+@pytest.fixture
+def owner(tmp_path: Path, s3_server: S3Server) -> Iterator[OwnerServer]:
+    """The commit owner, serving s3://lake/cluster with its own credentials."""
+    server = OwnerServer(
+        tmp_path / "owner.db",
+        "127.0.0.1:0",
+        roots=[f"s3://{s3_server.bucket}/cluster"],
+        storage_options=s3_server.options,
+    ).start()
+    yield server
+    server.stop(grace=1)
+
+
+def start_ingest(
+    sources: list[str], table: str, s3: S3Server, owner: OwnerServer, tmp_path: Path, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    cmd = [sys.executable, "-m", "feedlog.cli", "ingest", *sources, table, "--master", MASTER]
+    cmd += ["--owner", owner.endpoint, "--token-file", str(token_file), "--json"]
+    cmd += [a for k, v in s3.options.items() for a in ("--storage-option", f"{k}={v}")]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-        check=False,
+        env={**os.environ, **env},
+        start_new_session=True,  # its own process group: the driver, its JVM, executors and workers
     )
 
 
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"ingest did not finish within 300 s: {err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below `pid`, with its command line."""
+    children: dict[int, list[int]] = {}
+    cmdlines: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdlines[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out[child] = cmdlines.get(child, "")
+            todo.append(child)
+    return out
+
+
+def wait_for(what: str, check, proc: subprocess.Popen[str]):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"ingest ended (exit {proc.returncode}) before {what}: {err[-3000:]}")
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail(f"no {what} within {WAIT_S} s")
+
+
+def data_files(s3: S3Server, prefix: str) -> list[str]:
+    listed = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix + "/")
+    return [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(".parquet")]
+
+
 @pytest.mark.slow
-def test_ingest_with_executor_processes_lands_every_entry_once_across_a_dead_committer(
-    tmp_path: Path, peer: PeerServer
+def test_ingest_on_a_cluster_into_s3_lands_every_entry_once_across_killed_driver_executor_and_committer(
+    tmp_path: Path, peer: PeerServer, owner: OwnerServer, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, n, kp in (("a", 300, KEY_A), ("b", 200, KEY_B)):
         make_feed(tmp_path / name, n, kp=kp).close()
         push(tmp_path / name, Address.parse(f"grpc://{peer.address}"), token=peer.token)
     sources = [f"grpc://{peer.address}/{kp.public_key.hex()}" for kp in (KEY_A, KEY_B)]
-    table = tmp_path / "table"
+    prefix = "cluster/table"
+    table = f"s3://{s3_server.bucket}/{prefix}"
+    monkeypatch.setenv(OWNER_ENV, owner.endpoint)  # this process reads the table through the owner too
 
-    died = ingest(sources, table, {"FEEDLOG_FAILPOINTS": "sink.before_commit=exit"})
-    assert died.returncode != 0, died.stdout
-    assert "Traceback" not in died.stderr.split("feedlog: error:")[-1]
-    assert DeltaTable.open(table).to_arrow().num_rows == 0  # created, nothing committed
+    def rows() -> list[dict]:  # type: ignore[type-arg]
+        t = DeltaTable.open(table, owner=Binding.parse(owner.endpoint), storage_options=s3_server.options)
+        return t.to_arrow().to_pylist()
 
-    done = ingest(sources, table)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = DeltaTable.open(table).to_arrow().to_pylist()
+    # 1. the driver dies while the executors hold their written files
+    gate = tmp_path / "gate-1"
+    env = {"FEEDLOG_FAILPOINTS": "sink.written=wait", GATE_ENV: str(gate)}
+    proc = start_ingest(sources, table, s3_server, owner, tmp_path, env)
+    wait_for("data files from the executors", lambda: data_files(s3_server, prefix), proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert rows() == []  # the table was created; nothing was committed
+
+    # 2. one executor dies holding its task; the task reruns elsewhere; 3. the committer dies
+    gate = tmp_path / "gate-2"
+    env = {"FEEDLOG_FAILPOINTS": "sink.written=wait,sink.before_commit=exit", GATE_ENV: str(gate)}
+    before = set(data_files(s3_server, prefix))
+    proc = start_ingest(sources, table, s3_server, owner, tmp_path, env)
+    wait_for("new data files", lambda: set(data_files(s3_server, prefix)) - before, proc)
+    executors = wait_for(
+        "two executors", lambda: [p for p, c in descendants(proc.pid).items() if EXECUTOR in c][:2], proc
+    )
+    os.kill(executors[0], signal.SIGKILL)
+    gate.touch()
+    code, out, err = finish(proc)
+    assert code != 0, out
+    assert "Traceback" not in err.split("feedlog: error:")[-1]
+    assert rows() == []
+
+    # the rerun lands every entry exactly once
+    code, out, err = finish(start_ingest(sources, table, s3_server, owner, tmp_path, {}))
+    assert code == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["rows"] == 500
+    landed = rows()
     for kp, n in ((KEY_A, 300), (KEY_B, 200)):
-        assert sorted(r["seq"] for r in rows if r["feed"] == kp.public_key.hex()) == list(range(1, n + 1))
-    held = {a.path for a in DeltaTable.open(table).snapshot().files()}
-    assert {p.name for p in table.glob("*.parquet")} == held  # the dead job's files were removed
-    assert audit_table(str(table), [KEY_A.public_key, KEY_B.public_key]).ok
+        assert sorted(r["seq"] for r in landed if r["feed"] == kp.public_key.hex()) == list(range(1, n + 1))
+    report = audit_table(
+        table,
+        [KEY_A.public_key, KEY_B.public_key],
+        owner=owner.endpoint,
+        storage_options=s3_server.options,
+    )
+    assert report.ok

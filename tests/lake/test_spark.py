@@ -31,6 +31,7 @@ from feedlog_server.rpc import rpc_handler, start_server
 from feedlog_server.service import FeedsService
 
 from ..delta.conftest import deltalake_read, duckdb_read
+from ..delta.s3 import S3Server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
 from .conftest import KEY_A, KEY_B, append, make_feed
 
 pytestmark = pytest.mark.slow
@@ -193,25 +194,25 @@ def test_a_job_reports_its_own_commit_when_another_job_commits_after_it(
     feed_b.close()
     armed, rivals = [False], list[int]()
 
-    class RivalFirst(DeltaTable):  # the table as ingest_batch sees it
-        @classmethod
-        def open(cls, location: Any, **components: Any) -> DeltaTable:
-            if armed[0]:  # job a has committed; job b commits before job a looks for its commit
-                armed[0] = False
-                assert ingest_batch(spark, [str(tmp_path / "b")], str(table), progress=quiet).version == 3
-            return DeltaTable.open(location, **components)
+    from feedlog.lake.sink import open_table as real_open
+
+    def rival_first(*args: Any) -> DeltaTable:  # the table as ingest_batch opens it
+        if armed[0]:  # job a has committed; job b commits before job a looks for its commit
+            armed[0] = False
+            assert ingest_batch(spark, [str(tmp_path / "b")], str(table), progress=quiet).version == 3
+        return real_open(*args)
 
     real_version = ingest_mod._version
 
-    def version_then_arm(table_: str, owner: str | None) -> int:
-        v = real_version(table_, owner)
+    def version_then_arm(table_: str, owner: str | None, storage: Any) -> int:
+        v = real_version(table_, owner, storage)
         if not rivals:  # job a's: the next open in ingest_batch is the one after its Spark job
             rivals.append(1)
             armed[0] = True
         return v
 
     monkeypatch.setattr(ingest_mod, "_version", version_then_arm)
-    monkeypatch.setattr(ingest_mod, "DeltaTable", RivalFirst)
+    monkeypatch.setattr(ingest_mod, "open_table", rival_first)
     r = ingest_batch(spark, [str(tmp_path / "a")], str(table), progress=quiet)
     monkeypatch.undo()
     assert (r.version, r.rows) == (2, 30) and r.in_commit_timestamp is not None
@@ -297,3 +298,53 @@ def test_ttl_compaction_keeps_the_table_auditable(spark, tmp_path: Path) -> None
     assert DeltaTable.open(table).history(1)[0].operation == "TTL COMPACTION"
     assert audit_table(str(table), [KEY_A.public_key]).ok
     assert expire(spark, str(table), now_ms=int(time.time() * 1000) + 10_000).rows_cleared == 0
+
+
+def test_ingest_stream_expire_and_audit_on_s3(spark, tmp_path: Path, s3_server: S3Server, capsys) -> None:
+    """The whole job on an object store: batch ingest, streaming ingest, TTL compaction and audit of a
+    table on moto's S3 server, with the in-process owner whose database is on this machine's disk."""
+    from feedlog.cli import main
+    from feedlog.errors import InvalidArgument
+
+    feed = Feed.create(tmp_path / "feed", key_pair=KEY_A, timestamps="exact")
+    feed.append([Write(f"/k{i}", b"x" * 10, ttl_ms=1 if i % 3 == 0 else None) for i in range(90)])
+    table = s3_server.url("lake")
+    opts = s3_server.options
+    db = str(tmp_path / "owner.db")
+    with pytest.raises(InvalidArgument, match="embedded commit owner"):  # no default owner in a bucket
+        ingest_batch(spark, [str(tmp_path / "feed")], table, storage_options=opts, progress=quiet)
+    with pytest.raises(InvalidArgument, match="owner token"):  # nowhere to keep a generated token
+        ingest_batch(spark, [str(tmp_path / "feed")], table, owner=db, storage_options=opts, progress=quiet)
+    r = ingest_batch(
+        spark, [str(tmp_path / "feed")], table, owner=db, token="t0k", storage_options=opts, progress=quiet
+    )
+    assert (r.version, r.rows) == (1, 90)
+
+    feed.append([Write(f"/late{i}", b"y") for i in range(10)])
+    feed.close()
+    with pytest.raises(InvalidArgument, match="checkpoint location"):
+        ingest_stream(spark, [str(tmp_path / "feed")], table, owner=db, token="t0k", storage_options=opts)
+    s = ingest_stream(
+        spark,
+        [str(tmp_path / "feed")],
+        table,
+        owner=db,
+        token="t0k",
+        storage_options=opts,
+        checkpoint_location=str(tmp_path / "ckpt"),
+        available_now=True,
+        timeout=120,
+        progress=quiet,
+    )
+    assert s.rows == 10
+
+    e = expire(spark, table, now_ms=int(time.time() * 1000) + 10_000, token="t0k", owner=db, storage_options=opts)
+    assert e.rows_cleared == 30
+    t = DeltaTable.open(table, owner=db, storage_options=opts)
+    rows = t.to_arrow().to_pylist()
+    assert sorted(x["seq"] for x in rows) == list(range(1, 101))
+    assert sum(1 for x in rows if x["cleared"]) == 30
+    args = ["audit", table, "--key", KEY_A.public_key.hex(), "--owner", db, "--json"]
+    args += [a for k, v in opts.items() for a in ("--storage-option", f"{k}={v}")]
+    assert main(args) == 0
+    assert '"ok": true' in capsys.readouterr().out
