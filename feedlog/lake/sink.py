@@ -11,6 +11,12 @@ managed, with in-commit timestamps, by the owner in option `owner`
 (grpc://HOST:PORT, or a SQLite file for the in-process owner; default: the
 in-process owner on `<table>/_feedlog/owner.db`; `filesystem` for none).
 
+Object stores. The path may be a URL (`s3://bucket/table`, gs://, az://, abfss://) with the
+table's storage options as `storage.KEY` options (delta-rs's keys:
+`.option("storage.AWS_ENDPOINT_URL", ...)`); executors write the data files there themselves.
+Such a table has no embedded owner and keeps no token: name the owner (`owner`) and give its
+token (`ownerToken` or $FEEDLOG_OWNER_TOKEN).
+
 Exactly once. Rows with `feed` and `seq` columns (what the `feedlog` source
 produces) commit one `txn` action per feed: appId `feedlog:<key hex>`, version
 = the seq after the last row landed. A batch the table already holds (a rerun
