@@ -90,10 +90,18 @@ def owner(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         server.stop(grace=1)
 
 
-def owner_process(db: str, root: Path, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A real `feedlog owner serve` process on 127.0.0.1:`port`, returned once it answers."""
+def owner_process(
+    db: str,
+    root: Path | str,
+    port: int,
+    env: dict[str, str] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """A real `feedlog owner serve` process on 127.0.0.1:`port`, returned once it answers; `root` is a
+    directory or an object-store prefix (reached with the owner's own `storage_options`)."""
     cmd = [sys.executable, "-m", "feedlog", "owner", "serve", "--db", db]
     cmd += ["--listen", f"127.0.0.1:{port}", "--root", str(root)]
+    cmd += [a for k, v in (storage_options or {}).items() for a in ("--storage-option", f"{k}={v}")]
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
