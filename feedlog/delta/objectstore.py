@@ -17,6 +17,11 @@ The storage contract (storage.py) on an object store:
 - `write_atomic` is a plain put: an object appears whole or not at all.
 - `list` is a delimited listing (direct children only), or a listing from `start_after`
   (S3's start-after) with nested names dropped; hidden names are skipped.
+
+S3 credentials: without keys (or another source object_store knows) object_store asks the instance
+metadata service, and it ignores AWS_EC2_METADATA_DISABLED; feedlog honours that switch (as the AWS
+SDKs and delta-rs do) by refusing such a store at once with PermissionDenied. AWS_PROFILE, which
+delta-rs reads and object_store does not, is refused as an option rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -79,6 +84,20 @@ _DELTA_RS_ONLY = frozenset(
     }
 )
 _RETRY_KEYS = frozenset({"max_retries", "retry_timeout"})
+#: where object_store finds S3 credentials before it asks the instance metadata service (IMDS):
+#: config keys or AWS_* environment variables, named here without the aws_ prefix
+_S3_CREDENTIAL_KEYS = frozenset(
+    {
+        "access_key_id",
+        "secret_access_key",
+        "web_identity_token_file",
+        "container_credentials_relative_uri",
+        "container_credentials_full_uri",
+    }
+)
+_NO_CREDENTIALS = (
+    "no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment or as storage options"
+)
 _COMMIT_FILE = re.compile(r"(^|/)_delta_log/\d{20}\.json$")
 
 _memory_lock = threading.Lock()
@@ -126,16 +145,30 @@ def open_storage(location: Storage | str | os.PathLike[str], options: Mapping[st
     return ObjectStorage(text, options)
 
 
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
+
+
 def _split_options(scheme: str, options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
     """delta-rs storage_options -> obstore's (store config, client options, retry config)."""
     config: dict[str, str] = {}
     client: dict[str, str] = {}
     retry: dict[str, Any] = {}
+    seen: dict[str, str] = {}
     for key, value in options.items():
         k = key.lower()
+        if k in seen:
+            raise InvalidArgument(f"storage option {key} given twice (as {seen[k]} and {key})")
+        seen[k] = key
         bare = re.sub(r"^(aws_|azure_|google_)", "", k)
-        if k in _DELTA_RS_ONLY:
+        if k in _DELTA_RS_ONLY or k == "aws_ec2_metadata_disabled":  # the latter: see _check_s3_credentials
             continue
+        if k == "aws_profile":
+            raise InvalidArgument(
+                f"storage option {key}: AWS profiles are not read here (object_store has no profiles); give "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) as storage options or "
+                "in the environment"
+            )
         if bare in _CLIENT_KEYS:
             client[bare] = value
         elif k in _RETRY_KEYS:
@@ -148,6 +181,32 @@ def _split_options(scheme: str, options: Mapping[str, str]) -> tuple[dict[str, s
         else:
             config[key.upper() if k.startswith(("aws_", "azure_", "google_")) else k] = value
     return config, client, retry
+
+
+def _check_s3_credentials(url: str, options: Mapping[str, str]) -> None:
+    """PermissionDenied, before any request, for an S3 store with no credentials while instance metadata
+    is turned off (AWS_EC2_METADATA_DISABLED=true, an option or the variable: the AWS SDKs' and
+    delta-rs's switch). object_store ignores that switch and would ask http://169.254.169.254 anyway,
+    which off EC2 can take ~13 s of retries to give up where the address is silently dropped."""
+    given = {re.sub(r"^aws_", "", k.lower()): v for k, v in options.items()}
+    env = {k[len("AWS_") :].lower(): v for k, v in os.environ.items() if k.startswith("AWS_") and v}
+    disabled = given.get("ec2_metadata_disabled", env.get("ec2_metadata_disabled"))
+    if not _truthy(disabled):
+        return
+    if _truthy(given.get("skip_signature", env.get("skip_signature"))):  # a public bucket: no credentials
+        return
+    if _S3_CREDENTIAL_KEYS & {k for k, v in given.items() if v} or _S3_CREDENTIAL_KEYS & env.keys():
+        return
+    off = "; instance metadata is off: AWS_EC2_METADATA_DISABLED)"
+    raise PermissionDenied(f"cannot open {url}: {_NO_CREDENTIALS}{off}")
+
+
+def _option_named(options: Mapping[str, str], error: str) -> str | None:
+    """The option whose value an obstore configuration error quotes ('failed to parse "x" as ...')."""
+    for key, value in options.items():
+        if value and f'"{value}"' in error:
+            return key
+    return None
 
 
 def _one_line(e: BaseException) -> str:
@@ -168,7 +227,12 @@ class ObjectStorage:
         self.url = url.rstrip("/")
         scheme = scheme_of(self.url) or ""
         self._scheme = scheme
-        config, client, retry = _split_options(scheme, options or {})
+        try:
+            config, client, retry = _split_options(scheme, options or {})
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{self.url}: {e}") from None
+        if scheme in ("s3", "s3a") and store is None:
+            _check_s3_credentials(self.url, options or {})
         if store is not None:
             self.store = store
         elif scheme == "memory":
@@ -193,6 +257,11 @@ class ObjectStorage:
             except BaseException as e:  # obstore panics (pyo3 PanicException) on some bad input
                 if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
                     raise
+                key = _option_named(options or {}, str(e))
+                if key is not None:
+                    raise InvalidArgument(
+                        f"bad storage option {key}={(options or {})[key]!r} for {self.url}: {_one_line(e)}"
+                    ) from None
                 raise InvalidArgument(f"bad storage URL or options for {self.url}: {_one_line(e)}") from None
         #: one probe per store (scheme, bucket or root, options) and process, not per table handle
         self._probe_key = (scheme, urlsplit(self.url).netloc, tuple(sorted((options or {}).items())))
@@ -226,10 +295,8 @@ class ObjectStorage:
     def _raise_typed(self, verb: str, path: str, e: Exception) -> None:
         where, text = self._where(path), str(e)
         if "/latest/api/token" in text or "/latest/meta-data" in text:  # fell through to instance metadata
-            raise PermissionDenied(
-                f"cannot {verb} {where}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                "in the environment or as storage options)"
-            ) from None
+            profile = "; AWS_PROFILE is not read here" if os.environ.get("AWS_PROFILE") else ""
+            raise PermissionDenied(f"cannot {verb} {where}: {_NO_CREDENTIALS}{profile})") from None
         if isinstance(e, (PermissionDeniedError, UnauthenticatedError, PermissionError)) or any(
             s in text for s in ("credential", "Credential", "403 Forbidden", "401 Unauthorized")
         ):

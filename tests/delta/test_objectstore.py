@@ -7,7 +7,6 @@ DuckDB (httpfs + delta, loaded offline from their wheels); bad input is one type
 from __future__ import annotations
 
 import glob
-import json
 import os
 import threading
 from collections import Counter
@@ -237,6 +236,38 @@ def test_missing_credentials_are_one_line_permission_denied(s3_server: S3Server,
     assert "credentials" in str(e.value) and "\n" not in str(e.value)
 
 
+def test_no_credentials_with_instance_metadata_off_is_refused_at_once(s3_server: S3Server, monkeypatch) -> None:
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    options = {**s3_server.options, "AWS_EC2_METADATA_DISABLED": "true"}
+    del options["AWS_ACCESS_KEY_ID"], options["AWS_SECRET_ACCESS_KEY"]
+    with pytest.raises(PermissionDenied, match=r"no credentials.*AWS_EC2_METADATA_DISABLED"):
+        ObjectStorage(s3_server.url(), options)
+    # keys, a public bucket (no signing) or metadata left on: object_store goes on as before
+    ObjectStorage(s3_server.url(), {**options, "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"})
+    ObjectStorage(s3_server.url(), {**options, "AWS_SKIP_SIGNATURE": "true"})
+    ObjectStorage(s3_server.url(), {**options, "AWS_EC2_METADATA_DISABLED": "false"})
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
+    t = DeltaTable.create(s3_server.url(), SCHEMA, storage_options=options)  # keys from the environment
+    assert t.version() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"AWS_PROFILE": "dev"}, "AWS_PROFILE: AWS profiles are not read here"),
+        ({"AWS_REGION": "us-east-1", "aws_region": "eu-west-1"}, "aws_region given twice"),
+        ({"AWS_CONDITIONAL_PUT": "sometimes"}, "bad storage option AWS_CONDITIONAL_PUT='sometimes'"),
+        ({"timeout": "soon"}, "bad storage option timeout='soon'"),
+    ],
+)
+def test_a_bad_option_is_invalid_argument_naming_it(options: dict[str, str], match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match) as e:
+        ObjectStorage("s3://lake/t", options)
+    assert "\n" not in str(e.value)
+
+
 def test_a_store_without_conditional_put_refuses_filesystem_commits(s3_server: S3Server) -> None:
     options = {**s3_server.options, "AWS_CONDITIONAL_PUT": "disabled"}
     storage = ObjectStorage(s3_server.url(), options)
@@ -245,52 +276,3 @@ def test_a_store_without_conditional_put_refuses_filesystem_commits(s3_server: S
         DeltaTable.create(storage, SCHEMA)
     assert "\n" not in str(e.value)
     assert storage.list("_delta_log") == []  # nothing a reader would see
-
-
-# the CLI
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    from feedlog.cli import main
-
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def option_args(s3: S3Server) -> list[str]:
-    return [a for k, v in s3.options.items() for a in ("--storage-option", f"{k}={v}")]
-
-
-def test_cli_table_commands_work_on_s3(s3_server: S3Server, capsys) -> None:
-    url, opts = s3_server.url("cli"), option_args(s3_server)
-    code, out, err = cli(capsys, "table", "create", url, "--schema", "seq:long,key:string", *opts)
-    assert code == 0, err
-    DeltaTable.open(url, storage_options=s3_server.options).append(pa.table({"seq": [1, 2], "key": ["a", "b"]}))
-    code, out, err = cli(capsys, "table", "info", url, "--json", *opts)
-    assert code == 0 and json.loads(out)["version"] == 1, (out, err)
-    code, out, err = cli(capsys, "table", "checkpoint", url, *opts)
-    assert code == 0, err
-    code, out, err = cli(capsys, "table", "history", url, "--json", *opts)
-    assert code == 0, err
-
-
-def test_cli_refuses_an_unknown_scheme_and_makes_no_directory(tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.chdir(tmp_path)
-    for url in ("foo://lake/t", "s3:lake/t"):
-        code, _out, err = cli(capsys, "table", "create", url, "--schema", "id:long")
-        assert code == 2 and "storage URL" in err and len(err.strip().splitlines()) == 1, (url, err)
-    assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("bad", ["NOEQUALS", "=value", " KEY=v"])
-def test_cli_storage_options_are_parsed_strictly(s3_server: S3Server, bad: str, capsys) -> None:
-    code, _out, err = cli(capsys, "table", "info", s3_server.url(), "--storage-option", bad)
-    assert code == 2 and "KEY=VALUE" in err and len(err.strip().splitlines()) == 1, err
-
-
-def test_cli_missing_bucket_is_one_line_with_its_exit_code(s3_server: S3Server, capsys) -> None:
-    code, _out, err = cli(
-        capsys, "table", "create", "s3://no-such-bucket/t", "--schema", "id:long", *option_args(s3_server)
-    )
-    assert code == 3 and "no-such-bucket" in err and len(err.strip().splitlines()) == 1, err
