@@ -166,6 +166,28 @@ def test_a_partitioned_table_with_an_overwrite_is_read_alike_at_every_version(s3
     assert assert_readers_agree(s3_server, t.storage.location) == 4
 
 
+def test_a_delta_rs_configuration_works_unchanged_both_ways(s3_server: S3Server) -> None:
+    import deltalake
+
+    # what a delta-rs user of an S3-compatible server passes, delta-rs-only keys included
+    rs = {
+        **s3_server.options,
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+        "AWS_CONDITIONAL_PUT": "etag",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "timeout": "10s",
+    }
+    url = s3_server.url("rs")
+    deltalake.write_deltalake(url, rows(0, 3), storage_options=rs, partition_by=["p"])
+    deltalake.write_deltalake(url, rows(10, 2, part="b"), storage_options=rs, mode="append")
+    t = DeltaTable.open(url, storage_options=rs)
+    assert all_rows(t.to_arrow()) == all_rows(pa.concat_tables([rows(0, 3), rows(10, 2, part="b")]))
+    assert t.append(rows(20, 2, part="c")).version == 2
+    deltalake.write_deltalake(url, rows(30, 1), storage_options=rs, mode="append")
+    assert assert_readers_agree(s3_server, url) == 3
+    assert len(DeltaTable.open(url, storage_options=rs).to_arrow()) == 8
+
+
 def test_checkpoint_and_cleanup_on_s3(s3_server: S3Server) -> None:
     t = table_on(s3_server)
     for v in range(1, 5):

@@ -175,6 +175,12 @@ def test_eight_writer_processes_race_on_one_s3_table_and_lose_nothing(s3_server:
         assert fresh.txn_version(f"writer-{i}") == BATCHES
         assert theirs.transaction_version(f"writer-{i}") == BATCHES
 
+    # a writer restarted after the race resumes from its txn version: its last batch again is a no-op
+    again = DeltaTable.open(url, storage_options=s3_server.options)
+    batch = pa.table(dict(zip(SCHEMA.names, map(list, zip(*expected_batch(0, BATCHES), strict=True)), strict=True)))
+    assert again.append(batch, txn=("writer-0", BATCHES)).skipped
+    assert again.version() == total
+
     # deltalake and DuckDB read the table as feedlog does: the end, and a version mid-race (every
     # version of a race is read three ways in test_objectstore.py's thread race)
     assert theirs.version() == total
