@@ -209,6 +209,18 @@ def _option_named(options: Mapping[str, str], error: str) -> str | None:
     return None
 
 
+def _store_said(text: str) -> str | None:
+    """What the store's own error answer says: S3 and Azure answer `<Error><Code>..</Code><Message>..`
+    in XML, which object_store quotes after the status line ('403 Forbidden: <?xml ...'); a body-less
+    answer (HEAD) leaves only the status. None if the store gave no answer (a connection error)."""
+    code = re.search(r"<Code>([^<]{1,100})</Code>", text)
+    if code is not None:
+        message = re.search(r"<Message>([^<]{1,300})</Message>", text)
+        return f"{code.group(1)}: {message.group(1).strip()}" if message else code.group(1)
+    status = re.search(r"status code: (\d{3} [A-Za-z ]{1,40}?)(:|$)", text.split("\n", 1)[0])
+    return status.group(1) if status else None
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text if len(text) <= 300 else text[:297] + "..."
@@ -297,13 +309,20 @@ class ObjectStorage:
         if "/latest/api/token" in text or "/latest/meta-data" in text:  # fell through to instance metadata
             profile = "; AWS_PROFILE is not read here" if os.environ.get("AWS_PROFILE") else ""
             raise PermissionDenied(f"cannot {verb} {where}: {_NO_CREDENTIALS}{profile})") from None
+        said = _store_said(text)
         if isinstance(e, (PermissionDeniedError, UnauthenticatedError, PermissionError)) or any(
             s in text for s in ("credential", "Credential", "403 Forbidden", "401 Unauthorized")
         ):
+            if said is not None:  # the store answered: bad keys, or keys without the permission
+                raise PermissionDenied(
+                    f"cannot {verb} {where}: the store refused access ({said}); check the credentials and "
+                    "what they may do"
+                ) from None
             raise PermissionDenied(f"cannot {verb} {where}: {_one_line(e)}") from None
         if isinstance(e, (NotSupportedError, NotImplementedError)):
             raise Unsupported(f"cannot {verb} {where}: {_one_line(e)}") from None
-        raise Unavailable(f"cannot {verb} {where}: {_one_line(e)}") from None
+        detail = said if said is not None and "<Code>" in text else _one_line(e)
+        raise Unavailable(f"cannot {verb} {where}: {detail}") from None
 
     def list(self, directory: str, start_after: str | None = None, stat: bool = True) -> list[FileInfo]:
         prefix = f"{directory}/" if directory else ""

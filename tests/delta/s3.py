@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -98,14 +99,13 @@ def _wait_until_up(process: subprocess.Popen[bytes], endpoint: str, log_path: st
     raise RuntimeError(f"moto's server did not answer on {endpoint} within {START_TIMEOUT_S:.0f} s")
 
 
-@pytest.fixture(scope="session", name="s3_server")
-def s3_server_fixture() -> Iterator[S3Server]:
-    pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    import botocore.exceptions
-
+@contextmanager
+def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
+    """moto's S3 server in a process of its own on a free loopback port, with `env` added to its
+    environment (e.g. INITIAL_NO_AUTH_ACTION_COUNT=0: check every request's credentials); its endpoint."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # its own, not the tests'
+    own = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | (env or {})  # not the tests'
     with tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False) as log:
         # stdout and stderr to a file: one request log line per call would fill a pipe and stall it
         process = subprocess.Popen(
@@ -113,10 +113,27 @@ def s3_server_fixture() -> Iterator[S3Server]:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=own,
         )
     try:
         _wait_until_up(process, endpoint, log.name)
+        yield endpoint
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        os.unlink(log.name)
+
+
+@pytest.fixture(scope="session", name="s3_server")
+def s3_server_fixture() -> Iterator[S3Server]:
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    import botocore.exceptions
+
+    with moto_server() as endpoint:
         s3 = S3Server(endpoint, BUCKET)
         client = s3.client()
         client.create_bucket(Bucket=BUCKET)
@@ -128,11 +145,3 @@ def s3_server_fixture() -> Iterator[S3Server]:
         assert client.get_object(Bucket=BUCKET, Key="probe")["Body"].read() == b"1"
         client.delete_object(Bucket=BUCKET, Key="probe")
         yield s3
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        os.unlink(log.name)

@@ -24,7 +24,7 @@ import pytest
 
 from feedlog.delta import DeltaTable
 
-from .s3 import S3Server, free_port, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from .s3 import S3Server, free_port, moto_server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
 
 EXIT_INVALID, EXIT_NOT_FOUND, EXIT_DENIED, EXIT_UNAVAILABLE, EXIT_UNSUPPORTED = 2, 3, 7, 8, 9
 FEEDLOG = str(Path(sys.executable).with_name("feedlog"))
@@ -202,6 +202,31 @@ def test_no_credentials_where_instance_metadata_drops_packets_is_bounded(
     one_line_error(err, url, "no credentials", "AWS_ACCESS_KEY_ID")
     assert time.monotonic() - started < 10
     assert keys_under(s3_server, url) == []
+
+
+@pytest.fixture(scope="module")
+def checking_server() -> Iterator[str]:
+    """A second moto server that checks every request's credentials (it knows none, so refuses all)."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    with moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as endpoint:
+        yield endpoint
+
+
+@pytest.mark.parametrize("command", [["create", "--schema", "id:long"], ["info"]])
+def test_refused_credentials_are_permission_denied_with_the_stores_reason(
+    checking_server: str, command: list[str], no_aws_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = {
+        "AWS_ENDPOINT_URL": checking_server,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "AKIAWRONGWRONGWRONG0",
+        "AWS_SECRET_ACCESS_KEY": "wrong",
+    }
+    code, out, err = cli(capsys, "table", command[0], "s3://lake/t", *command[1:], *option_args(options))
+    assert code == EXIT_DENIED and not out
+    one_line_error(err, "s3://lake/t", "refused access", "InvalidAccessKeyId", "does not exist in our records")
+    assert "<?xml" not in err
 
 
 def test_the_feedlog_command_without_credentials_is_one_quiet_line(s3_server: S3Server, tmp_path: Path) -> None:
