@@ -98,6 +98,13 @@ _S3_CREDENTIAL_KEYS = frozenset(
 _NO_CREDENTIALS = (
     "no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment or as storage options"
 )
+#: what to set when a store found no credentials and its instance-metadata fallback failed, by scheme
+_CREDENTIAL_HINTS = {
+    "gs": "GOOGLE_SERVICE_ACCOUNT (a service account key file) or GOOGLE_APPLICATION_CREDENTIALS",
+    "az": "AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY or AZURE_CLIENT_ID with AZURE_CLIENT_SECRET",
+}
+#: object_store's requests for credentials: AWS IMDS, the GCP and Azure metadata token endpoints, OAuth
+_CREDENTIAL_REQUEST = re.compile(r"/latest/api/token|/latest/meta-data|169\.254\.169\.254|token request")
 _COMMIT_FILE = re.compile(r"(^|/)_delta_log/\d{20}\.json$")
 
 _memory_lock = threading.Lock()
@@ -306,7 +313,19 @@ class ObjectStorage:
 
     def _raise_typed(self, verb: str, path: str, e: Exception) -> None:
         where, text = self._where(path), str(e)
-        if "/latest/api/token" in text or "/latest/meta-data" in text:  # fell through to instance metadata
+        if _CREDENTIAL_REQUEST.search(text):  # no credentials given, and the metadata fallback failed too
+            family = (
+                "gs"
+                if self._scheme == "gs"
+                else "az"
+                if self._scheme in ("az", "abfs", "abfss", "adl", "azure")
+                else ""
+            )
+            if family:
+                raise PermissionDenied(
+                    f"cannot {verb} {where}: no credentials (set {_CREDENTIAL_HINTS[family]} in the environment "
+                    f"or as storage options; getting a token failed: {_store_said(text) or _one_line(e)})"
+                ) from None
             profile = "; AWS_PROFILE is not read here" if os.environ.get("AWS_PROFILE") else ""
             raise PermissionDenied(f"cannot {verb} {where}: {_NO_CREDENTIALS}{profile})") from None
         said = _store_said(text)

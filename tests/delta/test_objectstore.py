@@ -22,7 +22,7 @@ from feedlog.delta.storage import LocalStorage
 from feedlog.errors import InvalidArgument, NotFound, PermissionDenied, Unsupported
 
 from .conftest import SCHEMA, rows, sorted_rows
-from .s3 import S3Server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from .s3 import S3Server, free_port, s3_server_fixture  # noqa: F401 (the fixture s3_server)
 
 COLUMNS = ("seq", "key", "p")
 
@@ -273,6 +273,17 @@ def test_no_credentials_with_instance_metadata_off_is_refused_at_once(s3_server:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
     t = DeltaTable.create(s3_server.url(), SCHEMA, storage_options=options)  # keys from the environment
     assert t.version() == 0
+
+
+def test_no_azure_credentials_name_what_to_set(monkeypatch) -> None:
+    for name in [n for n in os.environ if n.startswith("AZURE_")]:
+        monkeypatch.delenv(name)
+    # without a key object_store asks the managed-identity endpoint for a token: a closed loopback port here
+    options = {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_MSI_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
+    storage = ObjectStorage("az://container/t", {**options, "max_retries": "0"})
+    with pytest.raises(PermissionDenied, match=r"no credentials.*AZURE_STORAGE_ACCOUNT_KEY") as e:
+        storage.list("_delta_log")
+    assert "az://container/t" in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize(
