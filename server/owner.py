@@ -22,6 +22,7 @@ import grpc
 
 from feedlog.delta.committer import CommitConflict, CommitResponse
 from feedlog.delta.managed import DEFAULT_BATCH_SIZE, Auth, TableRef
+from feedlog.delta.managed.places import Places
 from feedlog.delta.managed.sqlite import LocalOwner
 from feedlog.delta.objectstore import scheme_of
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
@@ -134,6 +135,7 @@ class OwnerServer:
                 raise InvalidArgument(f"--root {r} is not a directory")
         #: the owner's own credentials for object-store roots (never taken from a table or a writer)
         self.storage_options = storage_options
+        Places(self.roots, storage_options)  # bad URL roots and store options fail here, before serving
         self.tls = tls
         self.workers = workers
         self.port = 0

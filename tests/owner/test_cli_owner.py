@@ -82,6 +82,10 @@ def test_managed_table_lifecycle_from_the_cli(
         (["owner", "serve", "--db", "{d}/o2.db", "--root", "{d}/no-such-dir"], 2),
         (["owner", "serve", "--db", "{d}/o2.db", "--root", "{d}", "--listen", "0.0.0.0:0"], 2),
         (["owner", "serve", "--db", "{d}/o2.db", "--root", "{d}", "--listen", "[::]:0"], 2),
+        (["owner", "serve", "--db", "{d}/o2.db", "--root", "ftp://lake/tables", "--listen", "127.0.0.1:0"], 2),
+        (["owner", "serve", "--db", "{d}/o2.db", "--root", "s3://lake/../x", "--listen", "127.0.0.1:0"], 2),
+        (["owner", "serve", "--db", "{d}/o2.db", "--root", "s3://lake/t", "--storage-option", "NOEQUALS"], 2),
+        (["owner", "serve", "--db", "{d}/o2.db", "--root", "s3://lake/t", "--storage-option", "AWS_NOPE=1"], 2),
     ],
 )
 def test_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int) -> None:

@@ -36,22 +36,22 @@ MAX_LOCATION = 4096
 _MAX_OPEN_STORES = 256
 
 
-def _canonical_url(location: str) -> str:
-    """`location` as the one spelling of a URL the owner records, or InvalidArgument."""
+def _canonical_url(location: str, what: str = "table location") -> str:
+    """`location` as the one spelling of a URL the owner records, or InvalidArgument naming `what`."""
     if any(ord(c) < 0x20 or c == "\x7f" for c in location):
-        raise InvalidArgument(f"table location {shorten(location)!r} contains control characters")
+        raise InvalidArgument(f"{what} {shorten(location)!r} contains control characters")
     scheme = scheme_of(location)
     if scheme not in OBJECT_SCHEMES:
         raise InvalidArgument(
-            f"table location {shorten(location)!r}: unsupported scheme (use an absolute path or one of "
+            f"{what} {shorten(location)!r}: unsupported scheme (use an absolute path or one of "
             "s3://, gs://, az://, abfss://, memory://)"
         )
     parts = urlsplit(location)
     if parts.query or parts.fragment or "@" in parts.netloc or not parts.netloc:
-        raise InvalidArgument(f"table location {shorten(location)!r} is not a plain bucket/prefix URL")
+        raise InvalidArgument(f"{what} {shorten(location)!r} is not a plain bucket/prefix URL")
     segments = parts.path.rstrip("/").split("/")[1:] if parts.path not in ("", "/") else []
     if any(s in ("", ".", "..") for s in segments):
-        raise InvalidArgument(f"table location {shorten(location)!r} has empty, '.' or '..' segments")
+        raise InvalidArgument(f"{what} {shorten(location)!r} has empty, '.' or '..' segments")
     return f"{scheme}://{parts.netloc}" + "".join("/" + s for s in segments)
 
 
@@ -72,10 +72,12 @@ class Places:
                 elif scheme_of(text) == "file":
                     self.local.append(os.path.realpath(urlsplit(text).path))
                 else:
-                    self.urls.append(_canonical_url(text))
+                    self.urls.append(_canonical_url(text, "commit owner root"))
         self.options = dict(storage_options or {})
         self._stores: OrderedDict[str, ObjectStorage] = OrderedDict()
         self._lock = threading.Lock()
+        for url in self.urls or ():
+            self._stores[url] = ObjectStorage(url, self.options)  # bad options fail now, not on a first commit
 
     def confine(self, location: str) -> str:
         """The canonical location of a table the owner may serve, or InvalidArgument / PermissionDenied."""
