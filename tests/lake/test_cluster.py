@@ -24,8 +24,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -45,6 +46,7 @@ MASTER = "local-cluster[2,1,1024]"
 TOKEN = "cluster-test-token"
 EXECUTOR = "CoarseGrainedExecutorBackend"
 WAIT_S = 120  # for any one step of a job; a step that takes longer fails the test
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -118,7 +120,7 @@ def descendants(pid: int) -> dict[int, str]:
     return out
 
 
-def wait_for(what: str, check, proc: subprocess.Popen[str]):  # type: ignore[no-untyped-def]
+def wait_for(what: str, check: Callable[[], T], proc: subprocess.Popen[str]) -> T:
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         found = check()
@@ -149,9 +151,10 @@ def test_ingest_on_a_cluster_into_s3_lands_every_entry_once_across_killed_driver
     table = f"s3://{s3_server.bucket}/{prefix}"
     monkeypatch.setenv(OWNER_ENV, owner.endpoint)  # this process reads the table through the owner too
 
-    def rows() -> list[dict]:  # type: ignore[type-arg]
+    def rows() -> list[dict[str, Any]]:
         t = DeltaTable.open(table, owner=Binding.parse(owner.endpoint), storage_options=s3_server.options)
-        return t.to_arrow().to_pylist()
+        got: list[dict[str, Any]] = t.to_arrow().to_pylist()
+        return got
 
     # 1. the driver dies while the executors hold their written files
     gate = tmp_path / "gate-1"
