@@ -47,6 +47,11 @@ def redact(url: str) -> str:
     return re.sub(r"([?&](?:ssl)?password=)[^&]*", r"\1***", url)
 
 
+def one_line(error: BaseException) -> str:
+    """An engine's error message on one line (libpq's span several)."""
+    return " ".join(str(error).split())
+
+
 class Tx:
     """One connection inside a call or a transaction: `?` SQL, the engine's errors as Unavailable."""
 
@@ -58,7 +63,7 @@ class Tx:
             cursor: Cursor = self.conn.execute(self.database.translate(sql), tuple(args))
             return cursor
         except self.database.errors as e:
-            raise Unavailable(f"commit owner database {self.database.name}: {e}") from None
+            raise Unavailable(f"commit owner database {self.database.name}: {one_line(e)}") from None
 
     def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self.execute(sql, args).fetchall()]
@@ -117,7 +122,7 @@ class Database:
             try:
                 conn = self._connect()
             except (*self.errors, OSError) as e:  # type: ignore[misc]
-                raise Unavailable(f"cannot open the commit owner's database {self.name}: {e}") from None
+                raise Unavailable(f"cannot open the commit owner's database {self.name}: {one_line(e)}") from None
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.append(conn)
