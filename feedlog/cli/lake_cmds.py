@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
 from .args import Subcommands, storage_option_args, storage_options_of
@@ -16,18 +18,25 @@ if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
     from pyspark.sql import SparkSession
 
 
-def _session(ns: argparse.Namespace) -> SparkSession:
+@contextlib.contextmanager
+def _session(ns: argparse.Namespace) -> Iterator[SparkSession]:
+    """The command's Spark session, stopped at the end with its logging off: stopping a
+    `local-cluster` master otherwise prints pages of executor-relaunch errors after the result."""
     from ..lake import spark_session
 
     progress = "true" if sys.stderr.isatty() and not getattr(ns, "json", False) else "false"
     spark: SparkSession = spark_session(ns.master, "feedlog-ingest", **{"spark.ui.showConsoleProgress": progress})
     spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    try:
+        yield spark
+    finally:
+        with contextlib.suppress(Exception):
+            spark.sparkContext.setLogLevel("OFF")
+            spark.stop()
 
 
 def cmd_ingest(ns: argparse.Namespace) -> None:
     from ..lake.feeds import parse_sources
-    from ..lake.ingest import ingest_batch, ingest_stream
     from ..lake.sink import table_location
 
     parse_sources(",".join(ns.sources))  # bad specs and table locations fail here, before Spark starts
@@ -36,7 +45,13 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     if ns.checkpoint_location and not ns.stream:
         raise InvalidArgument("--checkpoint-location is for --stream")
     say = (lambda _m: None) if ns.json else (lambda m: print(m, flush=True))
-    spark = _session(ns)
+    with _session(ns) as spark:
+        _ingest(ns, spark, say)
+
+
+def _ingest(ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], None]) -> None:
+    from ..lake.ingest import ingest_batch, ingest_stream
+
     if ns.stream:
         r = ingest_stream(
             spark,
@@ -64,7 +79,7 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     rate = r.rows / r.seconds if r.seconds else 0
     human = (
         f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s "
-        f"({rate:,.0f}/s)"
+        f"({rate:,.{0 if rate >= 10 else 1}f}/s)"
         if r.version is not None
         else "no commit: nothing new"
         if r.rows == 0
@@ -112,7 +127,6 @@ def cmd_audit(ns: argparse.Namespace) -> int:
 
 def cmd_expire(ns: argparse.Namespace) -> None:
     from ..delta import DeltaTable
-    from ..lake.expire import expire
     from ..log.timestamps import parse_duration
 
     options = storage_options_of(ns)
@@ -120,7 +134,13 @@ def cmd_expire(ns: argparse.Namespace) -> None:
     every = parse_duration(ns.every) / 1000 if ns.every else None
     if ns.rounds is not None and ns.rounds < 1:
         raise InvalidArgument("--rounds must be >= 1")
-    spark = _session(ns)
+    with _session(ns) as spark:
+        _expire_rounds(ns, spark, every, options)
+
+
+def _expire_rounds(ns: argparse.Namespace, spark: SparkSession, every: float | None, options: Any) -> None:
+    from ..lake.expire import expire
+
     rounds, token = 0, token_of(ns)
     while True:
         r = expire(spark, ns.table, token=token, owner=ns.owner, storage_options=options)
