@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import pyarrow as pa
 
 from ..clock import Clock, SystemClock
-from ..errors import AlreadyExists, Conflict, InvalidArgument
+from ..errors import AlreadyExists, Conflict, InvalidArgument, Unsupported
 from ..rpc import Tls
 from .actions import ENABLE_ICT, ICT, MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Add, Metadata, Protocol
 from .committer import Committer, FilesystemCommitter
@@ -308,9 +308,11 @@ class DeltaTable:
             tx.remove_files(snapshot.files())
         try:
             return self.commit(tx)
-        except Conflict:
-            # Definitely not committed, so the files are unreferenced: remove them now rather than at
-            # vacuum. Any other failure (I/O, interrupt) may have committed them; they stay.
+        except (Conflict, Unsupported):
+            # Definitely not committed (Unsupported: refused before any commit was tried, e.g. a
+            # filesystem table on a store without conditional put), so the files are unreferenced:
+            # remove them now rather than at vacuum. Any other failure (I/O, interrupt) may have
+            # committed them; they stay.
             for a in adds:
                 self.storage.delete(urllib.parse.unquote(a.path))
             raise

@@ -309,3 +309,14 @@ def test_a_store_without_conditional_put_refuses_filesystem_commits(s3_server: S
         DeltaTable.create(storage, SCHEMA)
     assert "\n" not in str(e.value)
     assert storage.list("_delta_log") == []  # nothing a reader would see
+
+
+def test_an_append_refused_for_want_of_conditional_put_leaves_no_data_file(s3_server: S3Server) -> None:
+    url = s3_server.url()
+    DeltaTable.create(url, SCHEMA, storage_options=s3_server.options).append(rows(0, 3))
+    before = ObjectStorage(url, s3_server.options).list("")
+    no_cp = DeltaTable.open(url, storage_options={**s3_server.options, "AWS_CONDITIONAL_PUT": "disabled"})
+    with pytest.raises(Unsupported, match="conditional put"):
+        no_cp.append(rows(10, 3))
+    assert ObjectStorage(url, s3_server.options).list("") == before  # the refused write's file is gone
+    assert DeltaTable.open(url, storage_options=s3_server.options).version() == 1
