@@ -13,6 +13,9 @@ from urllib.parse import quote
 
 import pytest
 
+# moto's S3 server on loopback, one process for the whole run (tests/delta/s3.py): the fixture `s3_server`
+from tests.delta.s3 import s3_server_fixture  # noqa: F401
+
 VECTORS = Path(__file__).parent / "vectors"
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 

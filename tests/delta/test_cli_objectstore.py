@@ -24,7 +24,7 @@ import pytest
 
 from feedlog.delta import DeltaTable
 
-from .s3 import S3Server, free_port, moto_server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from .s3 import S3Server, free_port, moto_server
 
 EXIT_INVALID, EXIT_NOT_FOUND, EXIT_DENIED, EXIT_UNAVAILABLE, EXIT_UNSUPPORTED = 2, 3, 7, 8, 9
 FEEDLOG = str(Path(sys.executable).with_name("feedlog"))

@@ -23,7 +23,7 @@ from feedlog.errors import InvalidArgument, PermissionDenied
 from feedlog_server.owner import OwnerServer
 
 from .conftest import SCHEMA, rows, sorted_rows
-from .s3 import S3Server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from .s3 import S3Server
 
 COLUMNS = ("seq", "key", "p")
 TOKEN = "managed-s3-token"

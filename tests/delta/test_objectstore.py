@@ -22,7 +22,7 @@ from feedlog.delta.storage import LocalStorage
 from feedlog.errors import InvalidArgument, NotFound, PermissionDenied, Unsupported
 
 from .conftest import SCHEMA, rows, sorted_rows
-from .s3 import S3Server, free_port, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from .s3 import S3Server, free_port
 
 COLUMNS = ("seq", "key", "p")
 

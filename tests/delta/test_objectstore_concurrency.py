@@ -27,7 +27,7 @@ import pytest
 from feedlog.delta import DeltaTable
 from feedlog.delta.committer import commit_path
 
-from .s3 import S3Server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from .s3 import S3Server
 from .test_objectstore import deltalake_rows, duckdb_rows
 
 WRITERS = 8

@@ -26,7 +26,6 @@ from feedlog.delta.storage import LocalStorage, MemoryStorage
 from feedlog.errors import NotFound
 
 from .conftest import SCHEMA, T0, counter_ids, rows, sorted_rows
-from .s3 import s3_server_fixture  # noqa: F401 (the fixture s3_server)
 
 IMPLEMENTATIONS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
     "local": lambda request, tmp_path: LocalStorage(tmp_path / "root"),

@@ -39,7 +39,7 @@ from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 from feedlog_server.owner import OwnerServer
 
-from ..delta.s3 import S3Server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from ..delta.s3 import S3Server
 from .conftest import KEY_A, KEY_B, make_feed
 
 MASTER = "local-cluster[2,1,1024]"

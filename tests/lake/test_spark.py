@@ -31,7 +31,7 @@ from feedlog_server.rpc import rpc_handler, start_server
 from feedlog_server.service import FeedsService
 
 from ..delta.conftest import deltalake_read, duckdb_read
-from ..delta.s3 import S3Server, s3_server_fixture  # noqa: F401 (the fixture s3_server)
+from ..delta.s3 import S3Server
 from .conftest import KEY_A, KEY_B, append, make_feed
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,6 @@ from feedlog.delta.managed.client import GrpcOwner
 from feedlog.delta.managed.protocol import is_trusted, owner_endpoints
 from feedlog.errors import InvalidArgument, Unavailable
 from feedlog_server.owner import OwnerServer
-from tests.delta.s3 import s3_server_fixture  # noqa: F401 (the fixture s3_server)
 from tests.replication.test_shutdown import free_port
 
 from .conftest import SCHEMA, batch, owner_process
