@@ -2,8 +2,9 @@
 
 Both write the same Arrow table into a new table on the same server with the same
 storage_options; the figure is rows/s for each and feedlog's ratio (target >= 0.8x). The
-server is moto's ThreadedMotoServer on 127.0.0.1, so the numbers measure the client side
-plus moto's own (slow, Python) request handling, equal for both.
+server is moto's S3 server on 127.0.0.1 in a process of its own (in this process its Python
+request handling would compete with the writers for the GIL), so the numbers measure the client
+side plus moto's own (slow, Python) request handling, equal for both.
 
     python tools/bench/bench_objectstore.py                 # 1,000,000 rows
     python tools/bench/bench_objectstore.py --rows 200000   # smaller, for a smoke run
@@ -12,16 +13,18 @@ plus moto's own (slow, Python) request handling, equal for both.
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 import socket
+import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
 import boto3
 import deltalake
-from moto.server import ThreadedMotoServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_delta import data
@@ -40,12 +43,17 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the best one counts")
     args = ap.parse_args()
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        endpoint = f"http://127.0.0.1:{port}"
+        wait_until_up(endpoint)
         options = {
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_ACCESS_KEY_ID": "bench",
@@ -78,7 +86,21 @@ def main() -> None:
         print(f"  write_deltalake  {b:12,.0f} rows/s  ({min(theirs):.2f} s)")
         print(f"  ratio            {a / b:.2f}x  (target >= 0.8x)")
     finally:
-        server.stop()
+        server.terminate()
+        server.wait(10)
+
+
+def wait_until_up(endpoint: str, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(endpoint + "/moto-api/", timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # an answer, even an error status, means it is serving
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise SystemExit(f"moto's server did not answer on {endpoint} within {limit_s:.0f} s")
 
 
 if __name__ == "__main__":
