@@ -9,17 +9,20 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from feedlog.delta import DeltaTable
-from feedlog.delta.managed import COMMITS_DIR, OWNER_ENV, Binding
+from feedlog.delta.managed import COMMITS_DIR, OWNER_ENV, Binding, LocalOwner, TableRef, resolve_owner
+from feedlog.errors import Unavailable
 from feedlog.failpoints import EXIT_CODE
+from tests.conftest import postgres_dsn
 from tests.delta.conftest import deltalake_read, deltalake_version
 from tests.replication.test_shutdown import free_port
 
-from .conftest import SCHEMA, owner_process
+from .conftest import SCHEMA, batch, owner_process
 
 WRITER = """
 import sys, pyarrow as pa
@@ -152,3 +155,33 @@ def test_owner_killed_between_ratifying_and_answering(
         assert os.listdir(tmp_path / "t" / COMMITS_DIR) == []
     finally:
         stop(owner)
+
+
+def test_the_owners_postgresql_connection_dies_under_it(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server ends the owner's connection (a restart, a failover, an administrator): the call
+    that finds it dead fails Unavailable, on one line; the next one reconnects and nothing is lost."""
+    import psycopg
+
+    monkeypatch.setenv(OWNER_ENV, postgres_url)
+    binding = Binding.feedlog(db=postgres_url, batch_size=100)
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=binding)
+    t.append(batch([1]))
+    owner = resolve_owner(binding)
+    assert isinstance(owner, LocalOwner)
+    ref = TableRef(t.snapshot().metadata.id, t.storage.location)
+    (pid,) = owner.database.read("SELECT pg_backend_pid()")[0]  # this thread's connection
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline, "the backend did not end"
+            time.sleep(0.01)
+    with pytest.raises(Unavailable, match="commit owner database") as e:
+        owner.get_commits(ref, 0)
+    assert "\n" not in str(e.value)  # libpq says it on three lines
+    assert owner.get_commits(ref, 0).latest == 1  # reconnected
+    assert t.append(batch([2])).version == 2
+    assert sorted(DeltaTable.open(tmp_path / "t").to_arrow().column("id").to_pylist()) == [1, 2]
+    owner.close()
