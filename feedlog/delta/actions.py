@@ -24,6 +24,12 @@ MANAGED_COMMITS = "managedCommits"
 CHECKPOINT_PROTECTION = "checkpointProtection"
 INVARIANTS = "invariants"
 DOMAIN_METADATA = "domainMetadata"
+V2_CHECKPOINT = "v2Checkpoint"
+COLUMN_MAPPING = "columnMapping"
+#: delta-spark's commit ownership (PROTOCOL.md "Catalog-managed tables"; its preview name)
+CATALOG_MANAGED = "catalogManaged"
+CATALOG_OWNED_PREVIEW = "catalogOwned-preview"
+COORDINATED_COMMITS_PREVIEW = "coordinatedCommits-preview"
 
 # Table properties.
 ENABLE_ICT = "delta.enableInCommitTimestamps"
@@ -37,6 +43,8 @@ NUM_INDEXED_COLS = "delta.dataSkippingNumIndexedCols"
 OWNER_NAME = "delta.managedCommitOwnerName"
 OWNER_CONF = "delta.managedCommitOwnerConf"
 REQUIRE_CHECKPOINT_PROTECTION = "delta.requireCheckpointProtectionBeforeVersion"
+COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
+COORDINATOR_PREVIEW = "delta.coordinatedCommits.commitCoordinator-preview"
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +122,9 @@ class Metadata:
     description: str | None = None
     format: Format = field(default_factory=Format)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: required fields the action had no value for: an old, superseded metaData may lack them
+    #: (delta-spark wrote some without schemaString); corruption only while it is in effect
+    missing: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = _drop_none(
@@ -144,9 +155,11 @@ class Metadata:
             "configuration",
             "createdTime",
         }
+        # An old metaData may lack fields (delta-spark wrote some without schemaString); it is only
+        # corruption if it is still the one in effect (`Metadata.missing`, checked by replay's callers).
         return cls(
-            id=str(d["id"]),
-            schema_string=str(d["schemaString"]),
+            id=str(d.get("id") or ""),
+            schema_string=str(d.get("schemaString") or ""),
             partition_columns=tuple(d.get("partitionColumns") or ()),
             configuration=dict(d.get("configuration") or {}),
             created_time=d.get("createdTime"),
@@ -154,6 +167,7 @@ class Metadata:
             description=d.get("description"),
             format=Format(fmt.get("provider", "parquet"), dict(fmt.get("options") or {})),
             extra={k: v for k, v in d.items() if k not in known and v is not None},
+            missing=tuple(k for k in ("id", "schemaString") if d.get(k) is None),
         )
 
     def with_configuration(self, updates: Mapping[str, str | None]) -> Metadata:
@@ -173,6 +187,7 @@ class Metadata:
             self.description,
             self.format,
             self.extra,
+            self.missing,
         )
 
 
@@ -412,16 +427,19 @@ def decode_commit(data: bytes, version: int) -> list[Action]:
             raise Corruption(f"commit {version} line {lineno} is not JSON: {e}") from None
         except RecursionError:  # nesting deeper than the parser's stack: no action is shaped like that
             raise Corruption(f"commit {version} line {lineno} nests too deeply to be an action") from None
-        if not isinstance(obj, dict) or len(obj) != 1:
+        if not isinstance(obj, dict) or not obj:
             raise Corruption(f"commit {version} line {lineno} is not a single action object")
-        ((kind, body),) = obj.items()
-        parse = _PARSERS.get(kind)
-        if parse is None:
-            continue
-        if not isinstance(body, dict):
-            raise Corruption(f"commit {version} line {lineno}: {kind} is not an object")
-        try:
-            out.append(parse(body))
-        except (KeyError, TypeError, ValueError) as e:
-            raise Corruption(f"commit {version} line {lineno}: bad {kind} action ({e!r})") from None
+        # Keys this library does not know (a future action, or a sibling field some writer adds
+        # next to the action) are ignored, as the protocol asks of unrecognised fields.
+        known = [(kind, body) for kind, body in obj.items() if kind in _PARSERS]
+        if len(known) > 1:
+            kinds = ", ".join(k for k, _ in known)
+            raise Corruption(f"commit {version} line {lineno} holds more than one action ({kinds})")
+        for kind, body in known:
+            if not isinstance(body, dict):
+                raise Corruption(f"commit {version} line {lineno}: {kind} is not an object")
+            try:
+                out.append(_PARSERS[kind](body))
+            except (KeyError, TypeError, ValueError) as e:
+                raise Corruption(f"commit {version} line {lineno}: bad {kind} action ({e!r})") from None
     return out

@@ -19,18 +19,21 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..errors import Corruption, Unsupported
-from .actions import Action, Add, DomainMetadata, Metadata, Protocol, Remove, Txn
+from .actions import Action, Add, DomainMetadata, Metadata, Protocol, Remove, Txn, decode_commit
 from .committer import LOG_DIR
 from .parquet import read_parquet, write_parquet
 from .replay import TableState
 
 LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
+SIDECAR_DIR = f"{LOG_DIR}/_sidecars"
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
 #: PROTOCOL.md "Deletion Vector Descriptor Schema"
@@ -192,49 +195,156 @@ def _strip_nulls(value: Any) -> Any:
     return value
 
 
-def decode(data: bytes, version: int, columns: Sequence[str] | None = None) -> list[Action]:
-    """The actions of a checkpoint file, protocol and metaData first (only `columns` if given)."""
-    try:
-        table = read_parquet(data, columns)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise Corruption(f"checkpoint {version} is not a readable Parquet file: {e}") from None
-    out: list[Action] = []
-    try:
-        for name, parse in (("protocol", Protocol.from_json), ("metaData", Metadata.from_json)):
-            if name not in table.column_names:
-                raise Corruption(f"checkpoint {version} has no {name} column")
-            rows = [r for r in table.column(name).to_pylist() if r is not None]
-            if len(rows) != 1:
-                raise Corruption(f"checkpoint {version} has {len(rows)} {name} rows, not 1")
-            row = dict(rows[0])
+@dataclass(frozen=True)
+class Sidecar:
+    """A V2 checkpoint's `sidecar` action (PROTOCOL.md "Sidecar File Information")."""
+
+    path: str
+    size_in_bytes: int | None = None
+    modification_time: int | None = None
+    tags: Mapping[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "sizeInBytes": self.size_in_bytes,
+            "modificationTime": self.modification_time,
+            "tags": dict(self.tags or {}),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Sidecar:
+        path = d["path"]
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"sidecar needs a path: {d}")
+        tags = d.get("tags")
+        return cls(path, d.get("sizeInBytes"), d.get("modificationTime"), dict(tags) if tags else None)
+
+    @property
+    def log_path(self) -> str:
+        """Where the sidecar is: always `_delta_log/_sidecars/` (only the file name is meaningful)."""
+        name = urllib.parse.unquote(self.path.rsplit("/", 1)[-1])
+        return f"{SIDECAR_DIR}/{name}"
+
+
+@dataclass
+class Decoded:
+    """One checkpoint file's content: actions, the sidecars it names, its checkpointMetadata version."""
+
+    actions: list[Action] = field(default_factory=list)
+    sidecars: list[Sidecar] = field(default_factory=list)
+    v2_version: int | None = None
+
+
+def _parse_rows(table: pa.Table, version: int, out: Decoded) -> None:
+    """Rows of a checkpoint, part or sidecar Parquet file, appended to `out` (protocol and metaData first)."""
+    for name, parse in (("protocol", Protocol.from_json), ("metaData", Metadata.from_json)):
+        if name not in table.column_names:
+            continue
+        for row in table.column(name).to_pylist():
+            if row is None:
+                continue
+            row = dict(row)
             if name == "metaData":
                 row["configuration"] = dict(row.get("configuration") or [])
                 fmt = dict(row.get("format") or {})
                 fmt["options"] = dict(fmt.get("options") or [])
                 row["format"] = fmt
                 row = {k: v if k in ("configuration", "format") else _strip_nulls(v) for k, v in row.items()}
-            out.append(parse(row))
-        kinds: list[tuple[str, Any]] = [
-            ("txn", Txn.from_json),
-            ("domainMetadata", DomainMetadata.from_json),
-            ("add", Add.from_json),
-            ("remove", Remove.from_json),
-        ]
-        for name, parse in kinds:
-            if name not in table.column_names:
+            out.actions.append(parse(row))
+    if "checkpointMetadata" in table.column_names:
+        for row in table.column("checkpointMetadata").to_pylist():
+            if row is not None:
+                out.v2_version = int(row["version"])
+    if "sidecar" in table.column_names:
+        for row in table.column("sidecar").to_pylist():
+            if row is not None:
+                tags = row.get("tags")
+                out.sidecars.append(Sidecar.from_json({**row, "tags": dict(tags) if tags else None}))
+    kinds: list[tuple[str, Any]] = [
+        ("txn", Txn.from_json),
+        ("domainMetadata", DomainMetadata.from_json),
+        ("add", Add.from_json),
+        ("remove", Remove.from_json),
+    ]
+    for name, parse in kinds:
+        if name not in table.column_names:
+            continue
+        for row in table.column(name).to_pylist():
+            if row is None:
                 continue
-            for row in table.column(name).to_pylist():
-                if row is None:
-                    continue
-                maps = {k: dict(row[k]) for k in ("partitionValues", "tags") if row.get(k) is not None}
-                row = {
-                    k: _strip_nulls(v) for k, v in row.items() if v is not None and k not in maps and k not in _DERIVED
-                }
-                row.update(maps)  # a null partition value is a value, not an absent field
-                out.append(parse(row))
+            maps = {k: dict(row[k]) for k in ("partitionValues", "tags") if row.get(k) is not None}
+            row = {k: _strip_nulls(v) for k, v in row.items() if v is not None and k not in maps and k not in _DERIVED}
+            row.update(maps)  # a null partition value is a value, not an absent field
+            out.actions.append(parse(row))
+
+
+def decode_parquet(
+    data: bytes, version: int, columns: Sequence[str] | None = None, out: Decoded | None = None
+) -> Decoded:
+    """One Parquet checkpoint file, part, V2 checkpoint or sidecar (only `columns` if given)."""
+    out = out if out is not None else Decoded()
+    try:
+        wanted = None
+        if columns is not None:
+            names = set(pq.ParquetFile(pa.BufferReader(data)).schema_arrow.names)
+            wanted = [c for c in (*columns, "checkpointMetadata", "sidecar") if c in names]
+        table = read_parquet(data, wanted)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise Corruption(f"checkpoint {version} is not a readable Parquet file: {e}") from None
+    try:
+        _parse_rows(table, version, out)
     except (KeyError, TypeError, ValueError) as e:
         raise Corruption(f"checkpoint {version} has a malformed action: {e!r}") from None
     return out
+
+
+def decode_json(data: bytes, version: int, out: Decoded | None = None) -> Decoded:
+    """A UUID-named V2 checkpoint in JSON: one action per line, like a commit (no commitInfo)."""
+    out = out if out is not None else Decoded()
+    try:
+        lines = data.decode().splitlines()
+    except UnicodeDecodeError as e:
+        raise Corruption(f"checkpoint {version} is not UTF-8: {e}") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise Corruption(f"checkpoint {version} line {lineno} is not JSON: {e}") from None
+        if not isinstance(obj, dict):
+            raise Corruption(f"checkpoint {version} line {lineno} is not an action object")
+        try:
+            if isinstance(obj.get("checkpointMetadata"), dict):
+                out.v2_version = int(obj["checkpointMetadata"]["version"])
+            if isinstance(obj.get("sidecar"), dict):
+                out.sidecars.append(Sidecar.from_json(obj["sidecar"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise Corruption(f"checkpoint {version} line {lineno}: bad V2 checkpoint action ({e!r})") from None
+        rest = {k: v for k, v in obj.items() if k not in ("checkpointMetadata", "sidecar", "commitInfo")}
+        if rest:
+            out.actions.extend(decode_commit(json.dumps(rest).encode(), version))
+    return out
+
+
+def finish(decoded: Decoded, version: int) -> list[Action]:
+    """The actions of a whole checkpoint (all parts and sidecars read), protocol and metaData first;
+    Corruption unless there is exactly one of each."""
+    if decoded.v2_version is not None and decoded.v2_version != version:
+        raise Corruption(f"checkpoint {version} says it is of version {decoded.v2_version} (checkpointMetadata)")
+    protocols = [a for a in decoded.actions if isinstance(a, Protocol)]
+    metadatas = [a for a in decoded.actions if isinstance(a, Metadata)]
+    for name, found in (("protocol", protocols), ("metaData", metadatas)):
+        if len(found) != 1:
+            raise Corruption(f"checkpoint {version} has {len(found)} {name} rows, not 1")
+    rest = [a for a in decoded.actions if not isinstance(a, (Protocol, Metadata))]
+    return [protocols[0], metadatas[0], *rest]
+
+
+def decode(data: bytes, version: int, columns: Sequence[str] | None = None) -> list[Action]:
+    """The actions of a single-file classic checkpoint, protocol and metaData first (only `columns` if given)."""
+    return finish(decode_parquet(data, version, columns), version)
 
 
 # _last_checkpoint checksum (PROTOCOL.md "JSON checksum")

@@ -11,18 +11,24 @@ trusted owner).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from ..errors import Corruption, NotFound, Unavailable
+from ..errors import Corruption, FeedlogError, NotFound, Unavailable
 from . import checkpoint
-from .actions import Action, Metadata, Protocol, decode_commit
+from .actions import Action, Add, Metadata, Protocol, Remove, decode_commit
 from .committer import LOG_DIR, commit_path
-from .replay import TableState
+from .managed.protocol import OwnerNotConsulted
+from .replay import TableState, foreign_owner
 from .storage import FileInfo, Storage
 
 _COMMIT = re.compile(r"(\d{20})\.json")
-_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.parquet")
+_CLASSIC = re.compile(r"(\d{20})\.checkpoint\.parquet")
+_PART = re.compile(r"(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet")
+_UUID = re.compile(
+    r"(\d{20})\.checkpoint\.([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\.(json|parquet)"
+)
 
 
 class TableNotFound(NotFound):
@@ -40,36 +46,125 @@ def backfilled_only(protocol: Protocol | None, metadata: Metadata | None, start:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """One complete checkpoint of a version: its kind and its files (several for a multi-part one)."""
+
+    version: int
+    kind: str  # "classic", "multi-part" or "v2" (UUID-named; JSON or Parquet)
+    files: tuple[FileInfo, ...]
+
+    @property
+    def path(self) -> str:
+        return self.files[0].path
+
+
+def _choose(version: int, found: list[Checkpoint]) -> list[Checkpoint]:
+    """A version's complete checkpoints, the preferred first: UUID-named V2, classic, then multi-part
+    (fewest parts first). Several may exist when writers raced (PROTOCOL.md "Checkpoints")."""
+    order = {"v2": 0, "classic": 1, "multi-part": 2}
+    return sorted(found, key=lambda c: (order[c.kind], len(c.files), c.path))
+
+
+@dataclass(frozen=True)
 class Listing:
     commits: dict[int, FileInfo]
-    checkpoints: dict[int, FileInfo]
+    #: the preferred complete checkpoint of each version that has one
+    checkpoints: dict[int, Checkpoint]
+    #: every complete checkpoint of each version, preferred first (a fallback if one is unreadable)
+    alternatives: dict[int, list[Checkpoint]] = field(default_factory=dict)
 
     @property
     def latest(self) -> int:
-        return max(self.commits)
+        """The newest version: a checkpoint whose commit file is gone still is that version."""
+        return max(max(self.commits, default=-1), max(self.checkpoints, default=-1))
 
     @property
     def earliest(self) -> int:
         """The oldest version a snapshot can be built at."""
         start = min(self.checkpoints, default=None)
         if 0 in self.commits or start is None:
-            return min(self.commits)
+            return min(self.commits, default=0)
         return start
+
+    def first_missing_commit(self, after: int, through: int) -> int | None:
+        """The first version in (after, through] without a commit file, None if there is none."""
+        return next((v for v in range(after + 1, through + 1) if v not in self.commits), None)
 
 
 def list_log(storage: Storage, stat: bool = False) -> Listing:
-    """The log's commits and checkpoints; file sizes and times only with `stat` (names suffice for replay)."""
+    """The log's commits and complete checkpoints (a multi-part one with a part missing is ignored, as
+    the protocol asks); file sizes and times only with `stat` (names suffice for replay)."""
     commits: dict[int, FileInfo] = {}
-    checkpoints: dict[int, FileInfo] = {}
+    found: dict[int, list[Checkpoint]] = {}
+    parts: dict[tuple[int, int], dict[int, FileInfo]] = {}
     for info in storage.list(LOG_DIR, stat=stat):
         name = info.path.rsplit("/", 1)[-1]
         if m := _COMMIT.fullmatch(name):
             commits[int(m.group(1))] = info
-        elif m := _CHECKPOINT.fullmatch(name):
-            checkpoints[int(m.group(1))] = info
-    if not commits:
-        raise TableNotFound(f"no Delta table at {storage.location} (no commits in {LOG_DIR}/)")
-    return Listing(commits, checkpoints)
+        elif m := _CLASSIC.fullmatch(name):
+            found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "classic", (info,)))
+        elif m := _UUID.fullmatch(name):
+            found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "v2", (info,)))
+        elif m := _PART.fullmatch(name):
+            part, total = int(m.group(2)), int(m.group(3))
+            if 1 <= part <= total:
+                parts.setdefault((int(m.group(1)), total), {})[part] = info
+    for (version, total), got in parts.items():
+        if len(got) == total:
+            files = tuple(got[i] for i in range(1, total + 1))
+            found.setdefault(version, []).append(Checkpoint(version, "multi-part", files))
+    if not commits and not found:
+        raise TableNotFound(f"no Delta table at {storage.location} (no commits or checkpoints in {LOG_DIR}/)")
+    alternatives = {v: _choose(v, cps) for v, cps in found.items()}
+    return Listing(commits, {v: cps[0] for v, cps in alternatives.items()}, alternatives)
+
+
+def read_checkpoint(
+    storage: Storage, listing: Listing, version: int, columns: Sequence[str] | None = None
+) -> list[Action]:
+    """The actions of the checkpoint of `version`: all its parts, and the sidecars a V2 one names;
+    if the preferred checkpoint of that version cannot be read whole, another complete one is."""
+    candidates = listing.alternatives.get(version) or [listing.checkpoints[version]]
+    problem: FeedlogError | None = None
+    for cp in candidates:
+        try:
+            return _read_one(storage, cp, columns)
+        except (NotFound, Corruption) as e:
+            problem = problem or e
+    assert problem is not None
+    raise problem
+
+
+def _read_one(storage: Storage, cp: Checkpoint, columns: Sequence[str] | None) -> list[Action]:
+    decoded = checkpoint.Decoded()
+    for info in cp.files:
+        try:
+            data = storage.read(info.path)
+        except NotFound:
+            raise NotFound(
+                f"checkpoint {cp.version} file {info.path} disappeared while reading (cleaned up?)"
+            ) from None
+        if info.path.endswith(".json"):
+            checkpoint.decode_json(data, cp.version, decoded)
+        else:
+            checkpoint.decode_parquet(data, cp.version, columns, decoded)
+    if decoded.sidecars and (columns is None or {"add", "remove"} & set(columns)):
+        for sidecar in decoded.sidecars:
+            try:
+                data = storage.read(sidecar.log_path)
+            except NotFound:
+                raise Corruption(
+                    f"checkpoint {cp.version} names sidecar {sidecar.path}, which is not in {checkpoint.SIDECAR_DIR}/"
+                ) from None
+            before = len(decoded.actions)
+            checkpoint.decode_parquet(data, cp.version, columns, decoded)
+            if any(not isinstance(a, (Add, Remove)) for a in decoded.actions[before:]):
+                raise Corruption(
+                    f"sidecar {sidecar.path} of checkpoint {cp.version} holds actions other than add and remove"
+                )
+    if cp.kind == "v2" and decoded.v2_version is None:
+        raise Corruption(f"UUID-named checkpoint {cp.path} has no checkpointMetadata action")
+    return checkpoint.finish(decoded, cp.version)
 
 
 def commits_after(storage: Storage, version: int) -> dict[int, FileInfo]:
@@ -110,15 +205,34 @@ def load_protocol_metadata(storage: Storage, listing: Listing) -> tuple[Protocol
             elif metadata is None and isinstance(a, Metadata):
                 metadata = a
         if protocol is not None and metadata is not None:
-            return protocol, metadata
-    if newest_cp >= 0 and all(v in listing.commits for v in range(newest_cp + 1, listing.latest + 1)):
-        data = storage.read(listing.checkpoints[newest_cp].path)
-        cp = TableState.from_checkpoint(newest_cp, checkpoint.decode(data, newest_cp, ("protocol", "metaData")))
+            return _complete(protocol, metadata, listing.latest)
+    if newest_cp >= 0 and listing.first_missing_commit(newest_cp, listing.latest) is None:
+        cp = TableState.from_checkpoint(
+            newest_cp, read_checkpoint(storage, listing, newest_cp, ("protocol", "metaData"))
+        )
         assert cp.protocol is not None and cp.metadata is not None
-        return protocol or cp.protocol, metadata or cp.metadata
+        return _complete(protocol or cp.protocol, metadata or cp.metadata, listing.latest)
     state = load_state(storage, listing)
     assert state.protocol is not None and state.metadata is not None
     return state.protocol, state.metadata
+
+
+def _complete(protocol: Protocol, metadata: Metadata, version: int) -> tuple[Protocol, Metadata]:
+    state = TableState(version, protocol, metadata)
+    state.check_complete()
+    _warn_foreign_owner(state)
+    return protocol, metadata
+
+
+def _warn_foreign_owner(state: TableState) -> None:
+    owner = foreign_owner(state.protocol, state.metadata)
+    if owner is not None:
+        warnings.warn(
+            f"the table is {owner}: feedlog reads its backfilled log only, and commits the owner has "
+            "ratified but not yet published may be newer; feedlog refuses to write it",
+            OwnerNotConsulted,
+            stacklevel=3,
+        )
 
 
 def load_state(storage: Storage, listing: Listing, version: int | None = None) -> TableState:
@@ -129,22 +243,30 @@ def load_state(storage: Storage, listing: Listing, version: int | None = None) -
         raise NotFound(f"version {target} does not exist (latest is {latest})")
     start = -1
     for cp in sorted((v for v in listing.checkpoints if v <= target), reverse=True):
-        if all(v in listing.commits for v in range(cp + 1, target + 1)):
+        if listing.first_missing_commit(cp, target) is None:
             start = cp
             break
     if start < 0 and 0 not in listing.commits:
-        raise NotFound(f"version {target} is older than the retained log (earliest available: {listing.earliest})")
+        if target < listing.earliest:
+            raise NotFound(f"version {target} is older than the retained log (earliest available: {listing.earliest})")
+        below = max((v for v in listing.checkpoints if v <= target), default=-1)
+        gap = listing.first_missing_commit(below, target)
+        raise Corruption(
+            f"commit {gap} is missing from {storage.location}/{LOG_DIR}: the log has a gap, so version "
+            f"{target} cannot be rebuilt (no checkpoint after the gap at or before it)"
+        )
     state = TableState()
     if start >= 0:
-        data = storage.read(listing.checkpoints[start].path)
-        state = TableState.from_checkpoint(start, checkpoint.decode(data, start))
+        state = TableState.from_checkpoint(start, read_checkpoint(storage, listing, start))
         # Checkpoints drop commitInfo; the commit file at the checkpoint's version carries its ICT.
         if start in listing.commits:
-            state.commit_info = TableState.commit_info_of(read_commit(storage, listing, start))
+            state.set_checkpoint_commit_info(TableState.commit_info_of(read_commit(storage, listing, start)))
     for v in range(start + 1, target + 1):
         if v not in listing.commits:
             raise Corruption(f"commit {v} is missing from {storage.location}/{LOG_DIR}: the log has a gap")
         state.apply(v, read_commit(storage, listing, v))
+    state.check_complete()
+    _warn_foreign_owner(state)
     return state
 
 
@@ -155,7 +277,7 @@ def list_table(storage: Storage, ratified: Ratified, stat: bool = False) -> List
         protocol, metadata = load_protocol_metadata(storage, fs)
         pending = ratified(protocol, metadata, fs.latest + 1)
         if not pending or pending[0][0] == fs.latest + 1:
-            return Listing({**fs.commits, **dict(pending)}, fs.checkpoints)
+            return Listing({**fs.commits, **dict(pending)}, fs.checkpoints, fs.alternatives)
         # the owner backfilled and forgot commits between the listing and its answer: list again
     raise Unavailable(f"the log of {storage.location} kept changing while it was being listed")
 
@@ -187,4 +309,6 @@ def catch_up(
                 if check is not None:
                     check(v, actions)
                 current.apply(v, actions)
+    if current is not state:
+        current.check_complete()
     return current

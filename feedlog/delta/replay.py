@@ -9,13 +9,22 @@ non-conforming commit is reported with its version wherever it is read.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import Corruption, Unsupported
 from .actions import (
     APPEND_ONLY,
+    APPEND_ONLY_PROP,
+    CATALOG_MANAGED,
+    CATALOG_OWNED_PREVIEW,
     CHECKPOINT_PROTECTION,
+    COLUMN_MAPPING,
+    COLUMN_MAPPING_MODE,
+    COORDINATED_COMMITS_PREVIEW,
+    COORDINATOR_PREVIEW,
     DOMAIN_METADATA,
     ENABLE_ICT,
     ICT,
@@ -24,6 +33,7 @@ from .actions import (
     ICT_ENABLEMENT_VERSION,
     INVARIANTS,
     MANAGED_COMMITS,
+    V2_CHECKPOINT,
     Action,
     Add,
     CommitInfo,
@@ -34,8 +44,27 @@ from .actions import (
     Txn,
 )
 
-#: reader features whose only effect is on data this library reads as plain Parquet
-SUPPORTED_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
+#: reader features this library reads correctly (H3 adds the ones that change how data files are read)
+SUPPORTED_READER_FEATURES = frozenset(
+    {
+        "timestampNtz",
+        "vacuumProtocolCheck",
+        # V2 checkpoints (UUID-named, sidecars, checkpointMetadata): log.py and checkpoint.py read them
+        V2_CHECKPOINT,
+        # collations change comparisons, not stored values: a reader returns the strings as they are
+        "collations",
+        "collations-preview",
+        # the backfilled log of a table a catalog or commit coordinator owns is read with a warning
+        # that newer ratified commits may exist (`foreign_owner`); writing it is refused
+        CATALOG_MANAGED,
+        CATALOG_OWNED_PREVIEW,
+        # scan.py: deletion vectors applied, columns by physical name / field id, older types cast
+        "deletionVectors",
+        COLUMN_MAPPING,
+        "typeWidening",
+        "typeWidening-preview",
+    }
+)
 #: writer features this library honours when it writes
 SUPPORTED_WRITER_FEATURES = frozenset(
     {
@@ -49,37 +78,133 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         DOMAIN_METADATA,
         "timestampNtz",
         "vacuumProtocolCheck",
+        # feedlog writes V2 checkpoints for such tables (and never multi-part ones)
+        V2_CHECKPOINT,
     }
 )
 
+#: what a legacy writer version implies (PROTOCOL.md "Writer Version Requirements"), each feature
+#: with the test of whether a table's metadata uses it: only a used feature must be honoured
+_LEGACY_WRITER: tuple[tuple[int, str], ...] = (
+    (2, APPEND_ONLY),
+    (2, INVARIANTS),
+    (3, "checkConstraints"),
+    (4, "changeDataFeed"),
+    (4, "generatedColumns"),
+    (5, COLUMN_MAPPING),
+    (6, "identityColumns"),
+)
 
-def check_readable(protocol: Protocol) -> None:
-    """Raise Unsupported unless this library can read a table with `protocol` correctly."""
-    if protocol.min_reader_version > 3:
-        raise Unsupported(f"table needs Delta reader version {protocol.min_reader_version}; feedlog reads up to 3")
-    if protocol.min_reader_version == 2:
-        raise Unsupported("table needs Delta reader version 2 (column mapping), which feedlog does not read")
+
+def _schema_metadata_keys(metadata: Metadata) -> set[str]:
+    """Every key of every field's metadata in the schema (nested fields too)."""
+    try:
+        schema = json.loads(metadata.schema_string) if metadata.schema_string else {}
+    except json.JSONDecodeError:
+        return set()
+    keys: set[str] = set()
+    stack: list[Any] = [schema]
+    for _ in range(1_000_000):  # bounded: a schema string is finite, this only guards the loop
+        if not stack:
+            break
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("metadata"), dict):
+                keys.update(node["metadata"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return keys
+
+
+def _in_use(feature: str, metadata: Metadata | None) -> bool:
+    """Whether a legacy-implied feature is in use by a table with `metadata` (None: assume so)."""
+    if metadata is None:
+        return True
+    conf = metadata.configuration
+    if feature == COLUMN_MAPPING:
+        return conf.get(COLUMN_MAPPING_MODE, "none").lower() != "none"
+    if feature == "checkConstraints":
+        return any(k.startswith("delta.constraints.") for k in conf)
+    if feature == "changeDataFeed":
+        return conf.get("delta.enableChangeDataFeed", "false").lower() == "true"
+    if feature == "generatedColumns":
+        return "delta.generationExpression" in _schema_metadata_keys(metadata)
+    if feature == "identityColumns":
+        return any(k.startswith("delta.identity.") for k in _schema_metadata_keys(metadata))
+    if feature == APPEND_ONLY:
+        return conf.get(APPEND_ONLY_PROP, "false").lower() == "true"
+    return True
+
+
+def reader_features(protocol: Protocol, metadata: Metadata | None = None) -> set[str]:
+    """The reader features a reader must support: listed ones (reader version 3), or what a legacy
+    version implies and the table uses (version 2: column mapping, only with a mapping mode)."""
     if protocol.min_reader_version == 3:
-        missing = set(protocol.reader_features or ()) - SUPPORTED_READER_FEATURES
-        if missing:
-            raise Unsupported(f"table uses reader feature(s) feedlog does not support: {sorted(missing)}")
+        return set(protocol.reader_features or ())
+    if protocol.min_reader_version == 2 and _in_use(COLUMN_MAPPING, metadata):
+        return {COLUMN_MAPPING}
+    return set()
 
 
-def check_writable(protocol: Protocol, extra_supported: Iterable[str] = ()) -> None:
-    """Raise Unsupported unless this library may write a table with `protocol`."""
-    check_readable(protocol)
+def writer_features(protocol: Protocol, metadata: Metadata | None = None) -> set[str]:
+    """The writer features a writer must honour: listed ones (writer version 7), or those a legacy
+    version implies that the table uses (a (2,5) table without a column mapping mode needs none)."""
     if protocol.min_writer_version == 7:
-        missing = set(protocol.writer_features or ()) - SUPPORTED_WRITER_FEATURES - set(extra_supported)
-        if missing:
-            raise Unsupported(
-                f"table uses writer feature(s) feedlog does not support: {sorted(missing)}; "
-                "feedlog reads such a table but refuses to write it"
-            )
-    elif protocol.min_writer_version > 2:
+        return set(protocol.writer_features or ())
+    implied = {f for v, f in _LEGACY_WRITER if protocol.min_writer_version >= v}
+    return {f for f in implied if f in (APPEND_ONLY, INVARIANTS) or _in_use(f, metadata)}
+
+
+def check_readable(protocol: Protocol, metadata: Metadata | None = None) -> None:
+    """Raise Unsupported unless this library can read a table with `protocol` (and `metadata`:
+    a legacy reader version 2 needs column mapping only when a mapping mode is set)."""
+    if protocol.min_reader_version > 3:
         raise Unsupported(
-            f"table needs Delta writer version {protocol.min_writer_version} (CHECK constraints, generated "
-            "columns...), which feedlog does not write; it writes versions up to 2 and 7 with table features"
+            f"reading refused: the table needs Delta reader version {protocol.min_reader_version}; "
+            "feedlog reads up to 3"
         )
+    missing = reader_features(protocol, metadata) - SUPPORTED_READER_FEATURES
+    if missing:
+        raise Unsupported(f"reading refused: table uses reader feature(s) feedlog does not support: {sorted(missing)}")
+
+
+def check_writable(protocol: Protocol, extra_supported: Iterable[str] = (), metadata: Metadata | None = None) -> None:
+    """Raise Unsupported unless this library may write a table with `protocol` (and `metadata`,
+    which tells which features a legacy writer version implies are in use; None: all of them)."""
+    check_readable(protocol, metadata)
+    if protocol.min_writer_version > 7:
+        raise Unsupported(
+            f"writing refused: the table needs Delta writer version {protocol.min_writer_version}; "
+            "feedlog writes up to 7"
+        )
+    missing = writer_features(protocol, metadata) - SUPPORTED_WRITER_FEATURES - set(extra_supported)
+    if missing:
+        legacy = (
+            "" if protocol.min_writer_version == 7 else f" (in use; Delta writer version {protocol.min_writer_version})"
+        )
+        raise Unsupported(
+            f"writing refused: table uses writer feature(s) feedlog does not support: {sorted(missing)}{legacy}; "
+            "feedlog reads such a table but refuses to write it"
+        )
+
+
+def foreign_owner(protocol: Protocol | None, metadata: Metadata | None) -> str | None:
+    """How a table owned by a catalog or commit coordinator feedlog does not speak for says so
+    (delta-spark's `catalogManaged` / `catalogOwned-preview`, or `coordinatedCommits-preview` with
+    its `delta.coordinatedCommits.commitCoordinator-preview` property), else None. Such a table's
+    ratified commits may not be backfilled yet: readers see the backfilled log only."""
+    if protocol is None:
+        return None
+    features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
+    conf = metadata.configuration if metadata is not None else {}
+    for name in (CATALOG_MANAGED, CATALOG_OWNED_PREVIEW):
+        if name in features:
+            return f"catalog-managed ({name})"
+    coordinator = conf.get(COORDINATOR_PREVIEW)
+    if COORDINATED_COMMITS_PREVIEW in features or coordinator is not None:
+        return f"coordinated commits ({COORDINATED_COMMITS_PREVIEW}, coordinator {coordinator or 'unnamed'!r})"
+    return None
 
 
 def ict_enabled(protocol: Protocol | None, metadata: Metadata | None) -> bool:
@@ -132,6 +257,9 @@ class TableState:
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
     #: commitInfo of the commit at `version` (not in checkpoints: read from that commit's file)
     commit_info: CommitInfo | None = None
+    #: the largest ICT among the commits replayed here (from the checkpoint's commit on): a new
+    #: commit's ICT must exceed it even when the latest commit's ICT is missing or went backwards
+    ict_floor: int | None = field(default=None, compare=False)
 
     def copy(self) -> TableState:
         return TableState(
@@ -143,6 +271,7 @@ class TableState:
             dict(self.txns),
             dict(self.domains),
             self.commit_info,
+            self.ict_floor,
         )
 
     @classmethod
@@ -164,8 +293,21 @@ class TableState:
                 state.domains[a.domain] = a
         if state.protocol is None or state.metadata is None:
             raise Corruption(f"checkpoint {version} lacks the protocol or metaData action")
-        check_readable(state.protocol)
+        check_readable(state.protocol, state.metadata)
         return state
+
+    def set_checkpoint_commit_info(self, info: CommitInfo | None) -> None:
+        """The commitInfo of the commit file at a checkpoint's version (checkpoints drop it)."""
+        self.commit_info = info
+        self.ict_floor = self.ict
+
+    def check_complete(self) -> None:
+        """Corruption if the metaData in effect lacks a required field (an old, superseded one may)."""
+        if self.metadata is not None and self.metadata.missing:
+            raise Corruption(
+                f"the metaData in effect at version {self.version} has no {', '.join(self.metadata.missing)}: "
+                "the table is corrupt"
+            )
 
     @staticmethod
     def commit_info_of(actions: Sequence[Action]) -> CommitInfo | None:
@@ -187,12 +329,16 @@ class TableState:
             raise Corruption("commit 0 lacks the protocol or metaData action a new table needs")
         protocol = protocols[0] if protocols else self.protocol
         metadata = metadatas[0] if metadatas else self.metadata
-        if protocols:
-            check_readable(protocols[0])
-        if ict_enabled(protocol, metadata):  # checked before anything changes: a refused commit leaves no trace
-            _check_ict(protocol, metadata, version, actions, self.ict)
+        if protocols or metadatas:
+            assert protocol is not None
+            check_readable(protocol, metadata)
+        # In-commit timestamps are not checked here: a commit with a missing or backward ICT must
+        # not make other versions unreadable. The checks are where an answer depends on commit
+        # times (timeline.py) and when a commit is written (`ict_floor`: the next ICT goes past it).
         self.protocol, self.metadata = protocol, metadata
         self.commit_info = self.commit_info_of(actions)
+        if self.ict is not None and (self.ict_floor is None or self.ict > self.ict_floor):
+            self.ict_floor = self.ict
         for a in actions:
             if isinstance(a, Add):
                 self.files[a.path] = a
@@ -216,28 +362,3 @@ class TableState:
             for p, r in self.tombstones.items()
             if r.deletion_timestamp is None or r.deletion_timestamp + retention_ms > now_ms
         }
-
-
-def _check_ict(
-    protocol: Protocol | None,
-    metadata: Metadata | None,
-    version: int,
-    actions: Sequence[Action],
-    previous_ict: int | None,
-) -> None:
-    enablement = ict_enablement(protocol, metadata)
-    if enablement is None or version < enablement.version:
-        return
-    # ICT writer requirements 1-3: commitInfo first, with an integer inCommitTimestamp.
-    first = actions[0] if actions else None
-    if not isinstance(first, CommitInfo) or first.in_commit_timestamp is None:
-        raise Corruption(
-            f"commit {version} lacks the commitInfo-with-inCommitTimestamp first action that "
-            "in-commit timestamps require: the table is corrupt"
-        )
-    # ICTs strictly increase; time travel's binary search depends on it.
-    if previous_ict is not None and first.in_commit_timestamp <= previous_ict:
-        raise Corruption(
-            f"commit {version} has inCommitTimestamp {first.in_commit_timestamp}, not after the "
-            f"previous commit's {previous_ict}: the table is corrupt"
-        )

@@ -97,30 +97,42 @@ class Timeline:
     # history
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
-        """Retained commits, newest first (like DESCRIBE HISTORY)."""
+        """Retained commits, newest first (like DESCRIBE HISTORY); Corruption naming the commit if an
+        in-commit timestamp among them is missing or not after the one before (the times would lie)."""
         versions = sorted(self.listing.commits, reverse=True)
         if limit is not None:
             versions = versions[:limit]
-        out = []
+        out: list[HistoryEntry] = []
         for v in versions:
             info = self._commit_info(v)
-            out.append(
-                HistoryEntry(
-                    version=v,
-                    timestamp=self.commit_time(v),
-                    in_commit_timestamp=None if info is None else info.in_commit_timestamp,
-                    operation=None if info is None else info.operation,
-                    operation_parameters={} if info is None else dict(info.operation_parameters),
-                    commit_info={} if info is None else to_json(info)["commitInfo"],
-                )
+            entry = HistoryEntry(
+                version=v,
+                timestamp=self.commit_time(v),
+                in_commit_timestamp=None if info is None else info.in_commit_timestamp,
+                operation=None if info is None else info.operation,
+                operation_parameters={} if info is None else dict(info.operation_parameters),
+                commit_info={} if info is None else to_json(info)["commitInfo"],
             )
+            newer = out[-1] if out else None
+            adjacent = newer is not None and newer.version == v + 1 and self._uses_ict(v)
+            if adjacent and newer is not None and newer.timestamp <= entry.timestamp:
+                backward_ict(newer.version, newer.timestamp, v, entry.timestamp)
+            out.append(entry)
         return out
 
     # time travel
 
     def version_at(self, timestamp_ms: int) -> int:
-        """The newest version whose commit time is <= `timestamp_ms`."""
-        earliest, latest = self.listing.earliest, self.listing.latest
+        """The newest version whose commit time is <= `timestamp_ms`.
+
+        Only the unbroken run of commit files ending at the latest one is searched (a commit missing
+        from an older part of the log says nothing about times after it); a bad ICT the search meets
+        is reported (Corruption naming the commit), not guessed around."""
+        latest = max(self.listing.commits, default=-1)
+        earliest = latest
+        while earliest - 1 in self.listing.commits:
+            earliest -= 1
+        gap = earliest - 1 if earliest > self.listing.earliest else None
         e = self.enablement
         if e is None:
             lo, hi, time_of = earliest, latest, self.file_time
@@ -128,9 +140,17 @@ class Timeline:
             lo, hi, time_of = max(e.version, earliest), latest, self.ict
         else:
             lo, hi, time_of = earliest, e.version - 1, self.file_time
-        if lo > hi:
+        if lo > hi or latest < 0:
             raise NotFound(f"no retained version of the table was committed at or before {iso(timestamp_ms)}")
-        return last_at_or_before(lo, hi, time_of, timestamp_ms)
+        try:
+            return last_at_or_before(lo, hi, time_of, timestamp_ms)
+        except NotFound:
+            if gap is None or lo > earliest:
+                raise
+            raise Corruption(
+                f"{iso(timestamp_ms)} is before version {lo}, and commit {gap} is missing from the log: "
+                f"the version current then cannot be told (versions {lo} to {hi} can)"
+            ) from None
 
 
 def missing_ict(version: int, enabled_from: int) -> NoReturn:
@@ -140,14 +160,38 @@ def missing_ict(version: int, enabled_from: int) -> NoReturn:
     )
 
 
-def last_at_or_before(lo: int, hi: int, time_of: Callable[[int], int], target: int) -> int:
+def backward_ict(version: int, ict: int, before: int, previous: int) -> NoReturn:
+    raise Corruption(
+        f"commit {version} has inCommitTimestamp {ict} ({iso(ict)}), not after version {before}'s "
+        f"{previous}: commit times there are unreliable, so no time lookup can rely on them (data at "
+        "every version still reads; see the README on repairing in-commit timestamps)"
+    )
+
+
+def last_at_or_before(lo: int, hi: int, time_of: Callable[[int], int], target: int, unknown: int | None = None) -> int:
+    """The newest version in lo..hi with time <= target, by binary search over times that must increase;
+    the times it reads are checked against each other (Corruption naming a commit out of order), except
+    the `unknown` value (a commit cleaned up meanwhile: earlier than every retained one)."""
     first = time_of(lo)
+    last = time_of(hi) if hi > lo else first
+    if hi > lo and last <= first and unknown not in (first, last):
+        backward_ict(hi, last, lo, first)
     if first > target:
         raise NotFound(f"{iso(target)} is before the earliest available commit (version {lo} at {iso(first)})")
-    # invariant: time_of(lo) <= target; answer in [lo, hi]
+    if last <= target:  # the common "now" and the way past a bad commit: a time after the newest commit's
+        return hi
+    probes = {lo: first, hi: last}
+    # invariant: time_of(lo) <= target < time_of(hi + 1 if known); answer in [lo, hi]
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if time_of(mid) <= target:
+        t = probes[mid] = time_of(mid)
+        below = max((v for v in probes if v < mid), default=None)
+        above = min((v for v in probes if v > mid), default=None)
+        if below is not None and unknown not in (t, probes[below]) and probes[below] >= t:
+            backward_ict(mid, t, below, probes[below])
+        if unknown != t and above is not None and probes[above] <= t:
+            backward_ict(above, probes[above], mid, t)
+        if t <= target:
             lo = mid
         else:
             hi = mid - 1
@@ -174,7 +218,7 @@ def ict_version_at(storage: Storage, lo: int, hi: int, timestamp_ms: int) -> int
         return info.in_commit_timestamp
 
     try:
-        v = last_at_or_before(lo, hi, ict_of, timestamp_ms)
+        v = last_at_or_before(lo, hi, ict_of, timestamp_ms, unknown=missing)
     except NotFound:
         return None
     return None if ict_of(v) == missing else v

@@ -255,20 +255,33 @@ def test_unsupported_features_refused_with_their_names(new_table):
         writer.append(rows(0, 1))  # ...but not writable
 
 
-def test_commit_without_ict_after_enablement_is_corruption_naming_the_version(new_table):
+def test_a_bad_ict_is_reported_where_times_matter_and_reading_and_writing_go_on(new_table):
+    """Issue 16 item 5: one commit without an ICT, or with one that goes backwards, leaves every
+    version readable and the table writable; history and time lookups name the commit."""
     t = new_table()
     t.append(rows(0, 1))
     add = Add("x.parquet", {}, 1, T0, True).to_json()
     write_commit(t, 2, {"add": add})
-    with pytest.raises(Corruption, match="commit 2 lacks the commitInfo-with-inCommitTimestamp"):
-        t.snapshot()
-    for read in (t.history, lambda: t.version_at(T0 + 10**9)):
-        with pytest.raises(Corruption, match=r"commit 2 (lacks|has no inCommitTimestamp)"):
+    fresh = DeltaTable.open(t.storage)
+    assert [f.path for f in fresh.snapshot().files()][-1] == "x.parquet"
+    assert fresh.snapshot(1).version == 1
+    for read in (fresh.history, lambda: fresh.version_at(T0 + 10**9)):
+        with pytest.raises(Corruption, match=r"commit 2 has no inCommitTimestamp"):
             read()
     t.storage.delete("_delta_log/00000000000000000002.json")
     write_commit(t, 2, {"commitInfo": {"inCommitTimestamp": T0 - 5}}, {"add": add})
-    with pytest.raises(Corruption, match=r"commit 2 has inCommitTimestamp .* not after"):
-        t.snapshot()
+    fresh = DeltaTable.open(t.storage)
+    assert fresh.snapshot().version == 2 and fresh.snapshot(2).in_commit_timestamp == T0 - 5
+    with pytest.raises(Corruption, match=r"commit 2 has inCommitTimestamp .* not after version 1's"):
+        fresh.history()
+    with pytest.raises(Corruption, match=r"commit 2 has inCommitTimestamp .* not after version \d's"):
+        fresh.version_at(T0 - 1)
+    # the repair: the next commit's ICT goes past the bad one, and times from then on resolve
+    result = fresh.append(rows(1, 1))
+    assert result.version == 3
+    ict3 = fresh.snapshot().in_commit_timestamp
+    assert ict3 is not None and ict3 > max(T0 - 5, fresh.snapshot(1).in_commit_timestamp or 0)
+    assert fresh.version_at(ict3) == 3 and fresh.version_at(ict3 + 10**6) == 3
 
 
 def test_gap_in_the_log_is_corruption(new_table):
