@@ -24,7 +24,7 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> Parser:
-    from . import feed_cmds, lake_cmds, owner_cmds, peer_cmds, table_cmds
+    from . import feed_cmds, insight_cmds, lake_cmds, owner_cmds, peer_cmds, table_cmds
 
     parser = Parser(
         prog="feedlog",
@@ -37,6 +37,7 @@ def build_parser() -> Parser:
     table_cmds.register(sub)
     owner_cmds.register(sub)
     lake_cmds.register(sub)
+    insight_cmds.register(sub)
     return parser
 
 
