@@ -5,6 +5,7 @@ written with: `timestamp` is microseconds adjusted to UTC (the Parquet mapping
 the protocol requires), strings and binaries are the 32-bit-offset kinds.
 Arrow types with no Delta equivalent (unsigned integers, naive timestamps,
 which need the `timestampNtz` reader feature) are refused with the column named.
+Delta's `void` (a column Spark leaves untyped: all nulls, never in data files) is Arrow's null type.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class SchemaMismatch(InvalidArgument):
 
 
 def _type_to_delta(t: pa.DataType, where: str) -> Any:
+    if pa.types.is_null(t):
+        return "void"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "string"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
@@ -104,6 +107,8 @@ def _type_to_arrow(t: Any) -> pa.DataType:
             return pa.decimal128(int(m.group(1)), int(m.group(2)))
         if t == "timestamp_ntz":
             return pa.timestamp("us")
+        if t == "void":  # PROTOCOL.md "Void Type": all nulls, never in data files
+            return pa.null()
         raise Corruption(f"unknown Delta type {t!r} in schemaString")
     kind = t.get("type")
     if kind == "struct":

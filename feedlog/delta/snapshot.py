@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import urllib.parse
-
 import pyarrow as pa
 
 from .actions import Add, Metadata, Protocol
-from .parquet import read_parquet
 from .replay import TableState, ict_enabled
+from .scan import ScanContext, logical_num_records, read_file
 from .schema import from_schema_string
 from .storage import Storage
 
@@ -48,10 +46,10 @@ class Snapshot:
         return sorted(self.state.files.values(), key=lambda a: a.path)
 
     def num_records(self) -> int | None:
-        """Total rows from file stats; None if a file has no numRecords."""
+        """Total rows from file stats (less deletion vectors' rows); None if a file has no numRecords."""
         total = 0
         for a in self.state.files.values():
-            n = a.num_records()
+            n = logical_num_records(a)
             if n is None:
                 return None
             total += n
@@ -67,21 +65,7 @@ class Snapshot:
         return None if t is None else t.version
 
     def to_arrow(self) -> pa.Table:
-        """All rows of this version, partition columns restored, in schema order."""
-        tables = []
-        for add in self.files():
-            data = self.storage.read(urllib.parse.unquote(add.path))
-            t = read_parquet(data)
-            cols = []
-            for f in self.schema:
-                if f.name in add.partition_values:
-                    raw = add.partition_values[f.name]
-                    text = pa.array([None if raw == "" else raw] * t.num_rows, pa.string())
-                    cols.append(text.cast(f.type))
-                elif f.name in t.column_names:
-                    c = t.column(f.name)
-                    cols.append(c if c.type == f.type else c.cast(f.type))
-                else:
-                    cols.append(pa.nulls(t.num_rows, f.type))
-            tables.append(pa.Table.from_arrays(cols, schema=self.schema))
+        """All rows of this version, partition columns restored, deletion vectors applied, in schema order."""
+        ctx = ScanContext.of(self.storage, self.schema, self.protocol, self.metadata)
+        tables = [read_file(ctx, add) for add in self.files()]
         return pa.concat_tables(tables) if tables else self.schema.empty_table()

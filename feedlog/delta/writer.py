@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidArgument, Unavailable
 from .actions import COMPRESSION, NUM_INDEXED_COLS, Add
 from .parquet import write_parquet
+from .scan import encode_binary_partition
 from .schema import conform
 from .stats import DEFAULT_INDEXED_COLS, file_stats
 from .storage import Storage
@@ -55,7 +56,7 @@ def partition_value(value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, bytes):
-        return value.decode("latin-1")
+        return encode_binary_partition(value)
     if hasattr(value, "isoformat") and hasattr(value, "hour"):
         return str(value.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
     return str(value)
@@ -110,6 +111,10 @@ def write_files(
 
     def write_one(job: tuple[int, tuple[dict[str, str | None], pa.Table]]) -> Add:
         i, (values, chunk) = job
+        # void columns are never materialized in data files (PROTOCOL.md "Void Type")
+        voids = [f.name for f in chunk.schema if pa.types.is_null(f.type)]
+        if voids:
+            chunk = chunk.drop_columns(voids)
         body = write_parquet(chunk, codec)
         prefix = _partition_dir(values)
         name = f"part-{i:05d}-{new_id()}-c000.{opts.compression}.parquet"

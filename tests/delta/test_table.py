@@ -237,10 +237,10 @@ def test_unsupported_features_refused_with_their_names(new_table):
         reader,
         1,
         {"commitInfo": {"inCommitTimestamp": T0 + 1}},
-        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
-                      "writerFeatures": ["deletionVectors", "inCommitTimestamp"]}},
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["someFutureFeature"],
+                      "writerFeatures": ["someFutureFeature", "inCommitTimestamp"]}},
     )  # fmt: skip
-    with pytest.raises(Unsupported, match=r"reader feature\(s\) feedlog does not support: \['deletionVectors'\]"):
+    with pytest.raises(Unsupported, match=r"reader feature\(s\) feedlog does not support: \['someFutureFeature'\]"):
         reader.snapshot()
     writer = new_table("w")
     write_commit(
