@@ -25,7 +25,7 @@ from feedlog.delta.managed import (
     resolve_owner,
     staged_name,
 )
-from feedlog.delta.managed.sqlite import LocalOwner
+from feedlog.delta.managed.sqlite import LocalOwner, open_database
 from feedlog.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from tests.delta.conftest import deltalake_read, deltalake_version, duckdb_read
 
@@ -369,3 +369,35 @@ def test_a_postgresql_owner_is_trusted_by_its_exact_url(
     assert DeltaTable.open(tmp_path / "t", owner_token=t.owner_token).append(batch([3])).version == 2
     assert sorted(DeltaTable.open(tmp_path / "t").to_arrow().column("id").to_pylist()) == [1, 3]
     resolve_owner(binding).close()
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_both_engines_give_the_owners_sql_the_same_values(engine: str, tmp_path: Path, request: Any) -> None:
+    """LocalOwner's SQL is written once: each engine runs its `?` statements and returns the same Python
+    values (PostgreSQL's rows come from libpq as text and are decoded by column type)."""
+    db = open_database(request.getfixturevalue("postgres_url") if engine == "postgresql" else tmp_path / "o.db")
+    try:
+        with db.transaction(["t1"]) as tx:
+            tx.execute(
+                "INSERT INTO commits (table_id, version, file, ict, ratified_ms) VALUES (?, ?, ?, ?, ?)",
+                ("it's a ? id", 2**62 - 1, "f.json", 0, -1),
+            )
+            tx.execute(
+                "INSERT INTO commits (table_id, version, file, ict, ratified_ms) VALUES (?, ?, ?, ?, ?)",
+                ("it's a ? id", 1, "g.json", 5, 7),
+            )
+        rows = db.read(
+            "SELECT version, file, ict, ratified_ms, 'a ? in quotes' FROM commits WHERE table_id = ? ORDER BY version",
+            ("it's a ? id",),
+        )
+        assert rows == [(1, "g.json", 5, 7, "a ? in quotes"), (2**62 - 1, "f.json", 0, -1, "a ? in quotes")]
+        assert db.read("SELECT COUNT(*), MAX(version), MIN(file) FROM commits WHERE table_id = ?", ("x",)) == [
+            (0, None, None)
+        ]
+        assert db.read("SELECT COUNT(*) FROM commits") == [(2,)]
+        with pytest.raises(RuntimeError), db.transaction(["t1"]) as tx:  # a failed call leaves nothing behind
+            tx.execute("DELETE FROM commits WHERE table_id = ?", ("it's a ? id",))
+            raise RuntimeError("the owner's code failed mid-transaction")
+        assert db.read("SELECT COUNT(*) FROM commits") == [(2,)]
+    finally:
+        db.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -80,14 +81,19 @@ _CONNECT_TIMEOUT = 10
 # statement without arguments (BEGIN, COMMIT, the schema) goes as a simple query.
 
 _INTS = frozenset({20, 21, 23, 26})  # int8, int2, int4, oid
-_BOOL = 16
+_BOOL, _BYTEA, _NUMERIC = 16, 17, 1700
 
 
 def _decoder(oid: int) -> Callable[[bytes], object]:
+    """How a column's text value becomes Python (as psycopg would give it); anything else is text."""
     if oid in _INTS:
         return int
+    if oid == _NUMERIC:  # SUM() of BIGINTs is numeric
+        return lambda v: Decimal(v.decode()) if b"." in v or b"N" in v else int(v)
     if oid == _BOOL:
         return lambda v: v == b"t"
+    if oid == _BYTEA:
+        return lambda v: bytes.fromhex(v[2:].decode())  # \x... (bytea_output = hex, the default)
     return lambda v: v.decode()
 
 
@@ -99,7 +105,7 @@ def _encode(value: object) -> bytes | None:
     if isinstance(value, int):
         return str(value).encode()
     if isinstance(value, bytes):
-        return value
+        return b"\\x" + value.hex().encode()  # bytea's text form (a raw NUL would end a text parameter)
     return str(value).encode()
 
 
