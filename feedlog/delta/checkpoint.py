@@ -186,6 +186,42 @@ def encode(state: TableState) -> tuple[bytes, int, int]:
     return write_parquet(table, "zstd"), len(rows), len(state.files)
 
 
+_SIDECAR = pa.struct(
+    [("path", pa.string()), ("sizeInBytes", pa.int64()), ("modificationTime", pa.int64()), ("tags", _STR_MAP)]
+)
+_CHECKPOINT_METADATA = pa.struct([("version", pa.int64()), ("tags", _STR_MAP)])
+
+
+def v2_checkpoint_path(version: int, uuid: str, fmt: str = "parquet") -> str:
+    return f"{LOG_DIR}/{version:020d}.checkpoint.{uuid}.{fmt}"
+
+
+def sidecar_path(name: str) -> str:
+    return f"{SIDECAR_DIR}/{name}"
+
+
+def encode_sidecar(state: TableState) -> tuple[bytes, int, int]:
+    """(parquet bytes, number of actions, number of adds) of a sidecar with all of `state`'s file actions."""
+    rows = [r for r in _rows(state) if "add" in r or "remove" in r]
+    schema = _schema_for(rows)
+    schema = pa.schema([schema.field("add"), schema.field("remove")])
+    return write_parquet(pa.Table.from_pylist(rows, schema=schema), "zstd"), len(rows), len(state.files)
+
+
+def encode_v2(state: TableState, sidecars: Sequence[Sidecar] = ()) -> tuple[bytes, int]:
+    """(parquet bytes, number of actions) of a V2-spec checkpoint (PROTOCOL.md "V2 Spec"): its
+    checkpointMetadata, the non-file actions and either the `sidecars` holding every file action,
+    or, with none, the file actions themselves (never some of each)."""
+    rows = list(_rows(state))
+    if sidecars:
+        rows = [r for r in rows if "add" not in r and "remove" not in r]
+        rows.extend({"sidecar": {**sc.to_json(), "tags": _map(sc.tags or {})}} for sc in sidecars)
+    rows.insert(0, {"checkpointMetadata": {"version": state.version, "tags": []}})
+    schema = _schema_for(rows).append(pa.field("checkpointMetadata", _CHECKPOINT_METADATA))
+    schema = schema.append(pa.field("sidecar", _SIDECAR))
+    return write_parquet(pa.Table.from_pylist(rows, schema=schema), "zstd"), len(rows)
+
+
 def _strip_nulls(value: Any) -> Any:
     """A struct value as its JSON had it: Parquet fills absent struct fields with null."""
     if isinstance(value, dict):
@@ -381,7 +417,10 @@ def checksum(doc: dict[str, Any]) -> str:
     return hashlib.md5(canonical_json(doc).encode(), usedforsecurity=False).hexdigest()
 
 
-def last_checkpoint_json(version: int, size: int, size_in_bytes: int, num_adds: int) -> bytes:
+def last_checkpoint_json(
+    version: int, size: int, size_in_bytes: int, num_adds: int, extra: Mapping[str, Any] | None = None
+) -> bytes:
     doc: dict[str, Any] = {"version": version, "size": size, "sizeInBytes": size_in_bytes, "numOfAddFiles": num_adds}
+    doc.update(extra or {})
     doc["checksum"] = checksum(doc)
     return json.dumps(doc, separators=(",", ":")).encode()

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..errors import Corruption, FeedlogError, InvalidArgument, NotFound, Unsupported
 from . import checkpoint
@@ -33,6 +35,7 @@ from .actions import (
     DELETED_FILE_RETENTION,
     LOG_RETENTION,
     REQUIRE_CHECKPOINT_PROTECTION,
+    V2_CHECKPOINT,
     Metadata,
     Protocol,
 )
@@ -73,25 +76,37 @@ def _retention(conf: Mapping[str, str], key: str, default: int) -> int:
     return default if value is None else parse_interval(value)
 
 
-def check_maintainable(protocol: Protocol, what: str) -> None:
+def check_maintainable(protocol: Protocol, metadata: Metadata | None, what: str) -> None:
     """Maintenance writes the log like any commit: a table feedlog may not write is left alone.
 
     A checkpoint or cleanup by a writer that does not know a feature can destroy what the
     feature keeps in the log (row tracking's high-water mark, clustering domains...).
     """
     try:
-        check_writable(protocol)
+        check_writable(protocol, metadata=metadata)
     except Unsupported as e:
         raise Unsupported(f"no {what}: {e}") from None
 
 
-def write_checkpoint(storage: Storage, listing: Listing, now_ms: int, version: int | None = None) -> int:
-    """Write a V1 classic checkpoint of `version` (default latest) and point `_last_checkpoint` at it.
+def write_checkpoint(
+    storage: Storage,
+    listing: Listing,
+    now_ms: int,
+    version: int | None = None,
+    *,
+    new_id: Callable[[], str] | None = None,
+    sidecars: bool | None = None,
+) -> int:
+    """Write a checkpoint of `version` (default latest) and point `_last_checkpoint` at it.
 
+    A table with the `v2Checkpoint` feature gets a UUID-named V2 checkpoint (`new_id` names it and
+    its sidecar): its file actions in one sidecar in `_delta_log/_sidecars/` (or, with
+    `sidecars=False` or no file actions, in the checkpoint itself); any other table a V1 classic
+    checkpoint. feedlog never writes multi-part checkpoints (deprecated by the protocol).
     `listing` is the backfilled log (`list_log`): a checkpoint needs `_delta_log/<v>.json`; `now_ms`
     decides which tombstones have expired."""
     protocol, metadata = load_protocol_metadata(storage, listing)
-    check_maintainable(protocol, "checkpoint")
+    check_maintainable(protocol, metadata, "checkpoint")
     if version is not None and version > listing.latest and Binding.of(protocol, metadata) is not None:
         raise InvalidArgument(
             f"version {version} is not backfilled yet (backfilled through {listing.latest}): "
@@ -102,7 +117,7 @@ def write_checkpoint(storage: Storage, listing: Listing, now_ms: int, version: i
     boundary = protection_boundary(protocol, metadata)
     if state.version < boundary:
         try:  # requirement (b): only a protocol we fully support may be checkpointed
-            check_writable(state.protocol)
+            check_writable(state.protocol, metadata=state.metadata)
         except Unsupported as e:
             raise Unsupported(
                 f"cannot checkpoint version {state.version}, before the protected version {boundary}: {e}"
@@ -111,15 +126,39 @@ def write_checkpoint(storage: Storage, listing: Listing, now_ms: int, version: i
         now_ms,
         _retention(state.metadata.configuration, DELETED_FILE_RETENTION, DEFAULT_TOMBSTONE_RETENTION_MS),
     )
-    data, size, adds = checkpoint.encode(state)
-    # A classic checkpoint may be rewritten (both writers write the same state): atomic replace.
-    storage.write_atomic(checkpoint.checkpoint_path(state.version), data)
+    v2 = V2_CHECKPOINT in (state.protocol.reader_features or ()) and state.protocol.min_reader_version == 3
+    extra: dict[str, Any] = {}
+    if not v2:
+        data, size, adds = checkpoint.encode(state)
+        # A classic checkpoint may be rewritten (both writers write the same state): atomic replace.
+        storage.write_atomic(checkpoint.checkpoint_path(state.version), data)
+    else:
+        make_id = new_id or (lambda: str(uuid.uuid4()))
+        written: list[checkpoint.Sidecar] = []
+        has_files = bool(state.files or state.tombstones)
+        if has_files and sidecars is not False:
+            side, _, _ = checkpoint.encode_sidecar(state)
+            name = f"{make_id()}.parquet"
+            storage.write_atomic(checkpoint.sidecar_path(name), side)  # before the checkpoint naming it
+            written.append(checkpoint.Sidecar(name, len(side), now_ms, {}))
+        data, size = checkpoint.encode_v2(state, written)
+        if written:  # the actions of the checkpoint: the sidecar's in place of the sidecar rows
+            size += len(state.files) + len(state.tombstones) - len(written)
+        adds = len(state.files)
+        path = checkpoint.v2_checkpoint_path(state.version, make_id())
+        storage.write_atomic(path, data)
+        extra["v2Checkpoint"] = {
+            "path": path.rsplit("/", 1)[-1],
+            "sizeInBytes": len(data),
+            "modificationTime": now_ms,
+            "sidecarFiles": [sc.to_json() for sc in written],
+        }
     try:
         current = json.loads(storage.read(checkpoint.LAST_CHECKPOINT)).get("version", -1)
     except (NotFound, json.JSONDecodeError, AttributeError):
         current = -1
     if not isinstance(current, int) or state.version >= current:
-        body = checkpoint.last_checkpoint_json(state.version, size, len(data), adds)
+        body = checkpoint.last_checkpoint_json(state.version, size, len(data), adds, extra)
         storage.write_atomic(checkpoint.LAST_CHECKPOINT, body)
     return state.version
 
@@ -130,7 +169,7 @@ def cleanup_log(storage: Storage, listing: Listing, now_ms: int, retain_ms: int 
     `listing` is the backfilled log (`list_log`), so the newest backfilled commit is always kept. What
     goes is decided first (`cleanup_plan`, pure), then deleted."""
     protocol, metadata = load_protocol_metadata(storage, listing)
-    check_maintainable(protocol, "cleanup")
+    check_maintainable(protocol, metadata, "cleanup")
     if retain_ms is None:
         retain_ms = _retention(metadata.configuration, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
     if retain_ms < 0:
@@ -140,15 +179,18 @@ def cleanup_log(storage: Storage, listing: Listing, now_ms: int, retain_ms: int 
     # Commit times are monotonic across the ICT enablement boundary (ICT writer requirement 5),
     # so the cutoff commit is found by the same binary search as time travel.
     deleted = clean_staged(storage, listing.latest)
+    # the unbroken run of commit files ending at the newest: times are only known there
+    newest = max(listing.commits, default=-1)
+    first = newest
+    while first - 1 in listing.commits:
+        first -= 1
     try:
-        cutoff_commit = last_at_or_before(listing.earliest, listing.latest, timeline.commit_time, cutoff_ms)
+        cutoff_commit = last_at_or_before(max(first, listing.earliest), newest, timeline.commit_time, cutoff_ms)
     except NotFound:
-        return deleted
+        return deleted + _clean_sidecars(storage, now_ms)
     protected = max((v for v in listing.checkpoints if v <= cutoff_commit), default=None)
     if protected is None:
-        return deleted  # no checkpoint to stand in for older commits: nothing may go
-    if protected not in listing.commits:
-        raise Corruption(f"checkpoint {protected} has no commit file beside it; refusing to clean up")
+        return deleted + _clean_sidecars(storage, now_ms)  # no checkpoint to stand in for older commits
     keep_checkpoints_before = 0
     boundary = protection_boundary(protocol, metadata)
     if protected < boundary:
@@ -160,7 +202,43 @@ def cleanup_log(storage: Storage, listing: Listing, now_ms: int, retain_ms: int 
     doomed = cleanup_plan((info.path for info in storage.list(LOG_DIR)), protected, keep_checkpoints_before)
     for path in doomed:
         storage.delete(path)
-    return deleted + doomed
+    return deleted + doomed + _clean_sidecars(storage, now_ms)
+
+
+def _clean_sidecars(storage: Storage, now_ms: int) -> list[str]:
+    """Delete sidecars no retained checkpoint names and older than a day (PROTOCOL.md "Metadata
+    Cleanup" steps 4-5: a younger one may belong to a checkpoint being written). If any retained
+    V2 checkpoint cannot be read, every sidecar stays."""
+    files = storage.list(checkpoint.SIDECAR_DIR, stat=True)
+    if not files:
+        return []
+    try:
+        listing = list_log(storage)
+    except NotFound:
+        return []
+    needed: set[str] = set()
+    try:
+        for cps in listing.alternatives.values():
+            for cp in cps:
+                if cp.kind == "multi-part":
+                    continue
+                for info in cp.files:
+                    data = storage.read(info.path)
+                    if info.path.endswith(".json"):
+                        decoded = checkpoint.decode_json(data, cp.version)
+                    else:
+                        decoded = checkpoint.decode_parquet(data, cp.version, ("checkpointMetadata",))
+                    needed.update(sc.log_path for sc in decoded.sidecars)
+    except FeedlogError:
+        return []
+    doomed = [
+        info.path
+        for info in files
+        if info.path not in needed and info.modified_ms is not None and info.modified_ms < now_ms - DAY_MS
+    ]
+    for path in doomed:
+        storage.delete(path)
+    return doomed
 
 
 def cleanup_plan(paths: Iterable[str], protected: int, keep_checkpoints_before: int = 0) -> list[str]:

@@ -259,7 +259,7 @@ class DeltaTable:
         """A write on the latest state; Unsupported at once, before any data file is written,
         if the table has a feature feedlog cannot honour when writing (TTL compaction, the sink)."""
         snapshot = Snapshot(self.storage, self._latest(write=True))
-        check_writable(snapshot.protocol)
+        check_writable(snapshot.protocol, metadata=snapshot.metadata)
         committer = self.fixed_committer or self.owners.router(self.storage, snapshot.protocol, snapshot.metadata)
         return Transaction(
             snapshot, committer, self.clock, self.new_id, operation, max_attempts=self.max_commit_attempts
@@ -299,7 +299,7 @@ class DeltaTable:
                 return CommitResult(None, skipped=True)
             tx.set_txn(*txn)
         snapshot = Snapshot(self.storage, tx.base)
-        check_writable(snapshot.protocol)
+        check_writable(snapshot.protocol, metadata=snapshot.metadata)
         tx.operation_parameters = {"mode": mode.capitalize(), "partitionBy": list(snapshot.partition_columns)}
         adds = self.write_files(data, snapshot)
         tx.add_files(adds)
@@ -388,8 +388,12 @@ class DeltaTable:
 
     # maintenance (see maintenance.py)
 
-    def checkpoint(self, version: int | None = None) -> int:
-        return write_checkpoint(self.storage, list_log(self.storage), self.clock.now_ms(), version)
+    def checkpoint(self, version: int | None = None, *, sidecars: bool | None = None) -> int:
+        """A checkpoint: V2 (UUID-named, file actions in a sidecar unless `sidecars=False`) on a table
+        with the v2Checkpoint feature, else V1 classic (see maintenance.write_checkpoint)."""
+        return write_checkpoint(
+            self.storage, list_log(self.storage), self.clock.now_ms(), version, new_id=self.new_id, sidecars=sidecars
+        )
 
     def cleanup(self, retain_ms: int | None = None) -> list[str]:
         return cleanup_log(self.storage, list_log(self.storage), self.clock.now_ms(), retain_ms)
