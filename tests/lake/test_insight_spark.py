@@ -61,7 +61,7 @@ def corpus(seed: int = 7) -> tuple[pa.Table, dict[str, FeedPolicy]]:
 
 
 @pytest.fixture(scope="module")
-def rows_and_frame(spark):  # type: ignore[no-untyped-def]
+def rows_and_frame(spark):
     rows, policies = corpus()
     df = spark.createDataFrame(rows.to_pandas()).repartition(4).cache()
     assert df.count() == rows.num_rows
@@ -69,7 +69,7 @@ def rows_and_frame(spark):  # type: ignore[no-untyped-def]
     df.unpersist()
 
 
-def test_activity_matches(rows_and_frame) -> None:  # type: ignore[no-untyped-def]
+def test_activity_matches(rows_and_frame) -> None:
     rows, policies, df = rows_and_frame
     for every in (H, D, 7 * D):
         local = insight.activity(rows, every, policies, NOW)
@@ -80,7 +80,7 @@ def test_activity_matches(rows_and_frame) -> None:  # type: ignore[no-untyped-de
     assert all(apart.values()), apart  # the corpus exercises every class
 
 
-def test_recent_matches(rows_and_frame) -> None:  # type: ignore[no-untyped-def]
+def test_recent_matches(rows_and_frame) -> None:
     rows, policies, df = rows_and_frame
     for since, limit in ((None, 50), (7 * D, 200), (H, 5)):
         assert insight_spark.recent(df, NOW, since, limit, policies) == insight.recent(
@@ -88,7 +88,7 @@ def test_recent_matches(rows_and_frame) -> None:  # type: ignore[no-untyped-def]
         )
 
 
-def test_freshness_matches(rows_and_frame) -> None:  # type: ignore[no-untyped-def]
+def test_freshness_matches(rows_and_frame) -> None:
     rows, policies, df = rows_and_frame
     local = insight.freshness(rows, policies, NOW)
     remote = insight_spark.freshness(df, NOW, policies, keys=50)
@@ -101,6 +101,6 @@ def test_freshness_matches(rows_and_frame) -> None:  # type: ignore[no-untyped-d
     ]
 
 
-def test_policies_inferred_on_the_executors_match(rows_and_frame) -> None:  # type: ignore[no-untyped-def]
+def test_policies_inferred_on_the_executors_match(rows_and_frame) -> None:
     rows, _policies, df = rows_and_frame
     assert insight_spark.infer_policies(df) == insight.table_policies(rows)
