@@ -12,7 +12,7 @@ On-disk DV files are a version byte (1) then, per DV at its `offset`, a big-endi
 the bitmap, and a big-endian CRC-32 of the bitmap. A bitmap is a little-endian magic number then
 a 64-bit RoaringBitmap: 1681511377 is the portable 64-bit format of the RoaringFormatSpec (what
 delta-spark, Databricks and the kernels write; decoded by pyroaring's `BitMap64`), 1681511376
-delta-spark's older "native" array of 32-bit bitmaps (the protocol's inline example).
+delta-spark's older "native" array of 32-bit bitmaps, big-endian (the protocol's inline example).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def decode_bitmap(data: bytes) -> np.ndarray[Any, np.dtype[np.uint64]]:
     try:
         if magic == PORTABLE_MAGIC:
             return np.fromiter(BitMap64.deserialize(body), dtype=np.uint64)
-        if magic == NATIVE_MAGIC:
+        if struct.unpack_from(">I", data, 0)[0] == NATIVE_MAGIC:  # the native format is big-endian throughout
             return _decode_native(body)
     except ValueError as e:
         raise Corruption(f"deletion vector bitmap does not decode: {e}") from None
