@@ -6,7 +6,9 @@ Spark ingests it from the second peer into a managed Delta table with in-commit
 timestamps, then again after more appends (exactly once); the table's history
 with ICTs; the table read back by deltalake and DuckDB, which we did not write;
 `feedlog audit` proving the rows are the signed feed; TTL compaction that keeps
-the audit green; everything shut down.
+the audit green; writer timestamps put to use (`feedlog activity` across the feed
+and a dozen writers whose clocks it simulates over the past week, drawn to
+`activity.png`); everything shut down.
 """
 
 from __future__ import annotations
@@ -139,11 +141,75 @@ def run_demo(workdir: str | None = None, spark: SparkSession | None = None, cloc
         res = expire(spark, str(table), now_ms=clock.now_ms() + 3_600_000, owner=owner.endpoint, clock=clock)
         print(f"version {res.version}: {res.rows_cleared} rows cleared in {res.files_rewritten} rewritten files")
         _audit(table, key, owner.endpoint)
+
+        step("writer timestamps put to use: activity across feeds (12 writers' clocks simulated over a week)")
+        _activity(base, path, clock.now_ms())
     finally:
         step("shut down")
         for s in reversed(servers):
             s.stop(1)
         print(f"demo finished in {time.monotonic() - t0:.1f}s; files in {base}")
+
+
+#: (timestamp policy, entries a day, the writer's waking hours in UTC, a misconfigured clock first)
+_WRITERS = [
+    ("exact", 40, (7, 19), False),
+    ("exact", 15, (13, 23), False),
+    ("truncate:1h", 60, (0, 10), False),
+    ("truncate:1h", 25, (8, 16), False),
+    ("fuzz:10m", 80, (6, 14), False),
+    ("fuzz:10m", 10, (18, 24), False),
+    ("fuzz:30s", 35, (9, 17), True),
+    ("exact", 5, (0, 24), False),
+    ("truncate:1m", 50, (10, 20), False),
+    ("fuzz:1m", 20, (15, 23), False),
+    ("exact", 70, (5, 13), False),
+    ("off", 30, (8, 18), False),
+]
+
+
+def _simulated_writers(base: Path, now_ms: int) -> list[Path]:
+    """A dozen feeds whose writers' clocks are simulated over the 7 days before `now_ms`: each
+    writes in its own waking hours under its own privacy policy; one starts with an unset clock."""
+    import random
+
+    from ..clock import ManualClock
+
+    rnd = random.Random(20261123)
+    day, hour = 86_400_000, 3_600_000
+    out = []
+    for i, (policy, per_day, (wake, sleep), unset_first) in enumerate(_WRITERS):
+        clock = ManualClock(0 if unset_first else now_ms - 7 * day)
+        path = base / "writers" / f"w{i:02d}"
+        with Feed.create(path, timestamps=policy, clock=clock, fsync=False) as feed:  # scratch feeds
+            if unset_first:  # a device whose clock reads 1970 until it syncs
+                feed.append([Write("/boot", b"1")])
+                clock.set(now_ms - 7 * day)
+            t = float(now_ms - 7 * day)
+            while t < now_ms:
+                t += rnd.expovariate(per_day / (sleep - wake)) * hour
+                if wake <= (t // hour) % 24 < sleep and t < now_ms:
+                    clock.set(int(t))
+                    feed.append([Write(f"/item/{rnd.randrange(200)}", b"x" * rnd.randrange(1, 64))])
+        out.append(path)
+    return out
+
+
+def _activity(base: Path, main_feed: Path, now_ms: int) -> None:
+    from ..lake.feeds import parse_sources
+    from ..lake.insight import activity, iso, read_feeds
+    from ..lake.plots import plot_activity
+
+    feeds = [main_feed, *_simulated_writers(base, now_ms)]
+    rows, policies = read_feeds(parse_sources(",".join(str(f) for f in feeds)))
+    a = activity(rows, 6 * 3_600_000, policies, now_ms)
+    busiest = max(range(len(a.buckets)), key=lambda i: a.totals[i])
+    apart = {c: sum(x[c] for x in a.apart.values()) for c in ("missing", "epoch", "future", "skew", "cleared")}
+    print(f"{rows.num_rows:,} entries from {len(feeds)} feeds in {len(a.buckets)} buckets of 6h")
+    print(f"busiest: {iso(a.buckets[busiest])}, {a.totals[busiest]:,} entries from {a.writers[busiest]} writers")
+    print("counted apart: " + ", ".join(f"{n:,} {c}" for c, n in apart.items()))
+    picture = plot_activity(a, str(base / "activity.png"))
+    print(f"activity picture: {picture}  (feedlog activity {base / 'writers'}/* --every 6h --plot FILE)")
 
 
 def _audit(table: Path, key: bytes, owner: str) -> None:

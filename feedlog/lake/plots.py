@@ -117,7 +117,7 @@ def plot_activity(a: Activity, path: str) -> str:
         if width != a.every_ms:
             line.set_title(f"drawn in columns of {format_duration(width)}", fontsize=8, loc="right")
     heat.set_yticks([r + 0.5 for r in range(len(feeds))])
-    heat.set_yticklabels([f[:12] + "…" for f in feeds], fontsize=7, family="monospace")
+    heat.set_yticklabels([f"{f[:10]}… {a.policies.get(f, '')}" for f in feeds], fontsize=7, family="monospace")
     heat.set_ylabel("feed")
     more = len(a.per_feed) - len(feeds)
     heat.set_title(f"entries per feed over time{f' (busiest {len(feeds)}; {more} more not drawn)' if more else ''}")
