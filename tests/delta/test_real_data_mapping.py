@@ -1,0 +1,171 @@
+"""Column mapping, type widening and timestampNtz (issue 16): tables deltalake writes (name and id
+mapping, nested fields, partitions by physical name, timestampNtz), and logs written by hand from
+PROTOCOL.md where it writes none (a rename, field-id resolution, a widened column)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import write_deltalake
+
+from feedlog.delta import DeltaTable
+from feedlog.errors import Unsupported
+
+from .conftest import deltalake_read, duckdb_read
+from .test_real_data_scan import (
+    add,
+    assert_all_agree,
+    canon,
+    feedlog_rows,
+    field,
+    metadata,
+    parquet_file,
+    protocol,
+    write_commit,
+)
+
+NESTED = pa.table(
+    {
+        "id": pa.array([1, 2, 3], pa.int64()),
+        "st": [{"a": 1, "b": "x"}, None, {"a": 3, "b": None}],
+        "arr": [[{"q": 1}], [], None],
+        "mp": pa.array([[("k", 1)], None, []], pa.map_(pa.string(), pa.int64())),
+        "p": ["u", "v", None],
+    }
+)
+
+
+def drop(table: Any, column: str) -> pa.Table:
+    return pa.table(table).drop_columns([column])
+
+
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_column_mapping_as_delta_rs_writes_it(tmp_path: Path, mode: str) -> None:
+    write_deltalake(tmp_path, NESTED, partition_by=["p"], configuration={"delta.columnMapping.mode": mode})
+    write_deltalake(tmp_path, NESTED, mode="append")
+    log = (tmp_path / "_delta_log" / f"{0:020d}.json").read_text()
+    assert '"minReaderVersion":2' in log and "col-" in log  # physical names, partition values keyed by them
+    for v in range(2):
+        ours = feedlog_rows(tmp_path, v)
+        assert ours == canon(deltalake_read(tmp_path, v))
+        # DuckDB 1.5.5 returns null for a partition column of a column-mapped table; the rest agrees
+        assert canon(drop(DeltaTable.open(tmp_path).to_arrow(v), "p")) == canon(drop(duckdb_read(tmp_path, v), "p"))
+    assert sorted(DeltaTable.open(tmp_path).to_arrow().column("p").to_pylist(), key=repr) == sorted(
+        ["u", "v", None] * 2, key=repr
+    )
+
+
+def test_a_renamed_column_reads_by_its_physical_name(tmp_path: Path) -> None:
+    write_deltalake(tmp_path, NESTED.drop_columns(["p"]), configuration={"delta.columnMapping.mode": "name"})
+    meta = next(
+        json.loads(line)["metaData"]
+        for line in (tmp_path / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+        if "metaData" in line
+    )
+    schema = json.loads(meta["schemaString"])
+    schema["fields"][0]["name"] = "renamed"  # RENAME COLUMN id TO renamed: the physical name stays
+    schema["fields"][1]["type"]["fields"][1]["name"] = "b2"  # and a nested one
+    schema["fields"] = [f for f in schema["fields"] if f["name"] != "arr"]  # DROP COLUMN arr
+    write_commit(tmp_path, 1, [{"metaData": {**meta, "schemaString": json.dumps(schema)}}])
+    got = DeltaTable.open(tmp_path).to_arrow()
+    assert got.column_names == ["renamed", "st", "mp"]
+    assert sorted(got.column("renamed").to_pylist()) == [1, 2, 3]
+    assert {"a": 1, "b2": "x"} in got.column("st").to_pylist()
+    assert_all_agree(tmp_path, range(2))
+
+
+def test_id_mapping_resolves_columns_by_parquet_field_id(tmp_path: Path) -> None:
+    """In `id` mode the file's column names do not matter, its field ids do (PROTOCOL.md "Reader
+    Requirements for Column Mapping"). deltalake 1.6.6 and DuckDB 1.5.5 match by physical name even in
+    `id` mode and return nulls for this file: they are not the reference here, the protocol is."""
+    schema = pa.schema(
+        [
+            pa.field("whatever", pa.int64(), metadata={"PARQUET:field_id": "1"}),
+            pa.field("other_name", pa.string(), metadata={"PARQUET:field_id": "2"}),
+        ]
+    )
+    size = parquet_file(tmp_path, "f.parquet", pa.table({"whatever": [1, 2], "other_name": ["a", "b"]}, schema=schema))
+    assert pq.read_schema(tmp_path / "f.parquet").field(0).metadata[b"PARQUET:field_id"] == b"1"
+    fields = [
+        field("x", "long", **{"delta.columnMapping.id": 2, "delta.columnMapping.physicalName": "col-x"}),
+        field("s", "string", **{"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": "col-s"}),
+        field("gone", "long", **{"delta.columnMapping.id": 3, "delta.columnMapping.physicalName": "col-g"}),
+    ]
+    fields[0]["type"], fields[1]["type"] = "string", "long"  # id 2 is the string column, id 1 the long
+    proto = {"protocol": {"minReaderVersion": 2, "minWriterVersion": 5}}
+    conf = {"delta.columnMapping.mode": "id", "delta.columnMapping.maxColumnId": "3"}
+    write_commit(tmp_path, 0, [proto, metadata(fields, None, **conf), add("f.parquet", size, 2)])
+    got = DeltaTable.open(tmp_path).to_arrow().to_pylist()
+    assert got == [{"x": "a", "s": 1, "gone": None}, {"x": "b", "s": 2, "gone": None}]
+
+
+def test_column_mapped_tables_are_not_written_until_supported(tmp_path: Path) -> None:
+    write_deltalake(tmp_path, NESTED.drop_columns(["p"]), configuration={"delta.columnMapping.mode": "name"})
+    t = DeltaTable.open(tmp_path)
+    with pytest.raises(Unsupported, match="columnMapping"):
+        t.append(NESTED.drop_columns(["p"]))
+
+
+def test_type_widening_reads_old_files_with_the_current_type(tmp_path: Path) -> None:
+    """typeWidening: int -> long, float -> double, date -> timestamp_ntz, decimal(5,2) -> decimal(10,2)."""
+    import decimal
+
+    old = pa.table(
+        {
+            "i": pa.array([1, -2], pa.int32()),
+            "f": pa.array([1.5, None], pa.float32()),
+            "d": pa.array([dt.date(2020, 1, 2), None]),
+            "dec": pa.array([decimal.Decimal("1.25"), None], pa.decimal128(5, 2)),
+            "b": pa.array([1, 2], pa.int8()),
+        }
+    )
+    s0 = parquet_file(tmp_path, "old.parquet", old)
+    narrow = [field("i", "integer"), field("f", "float"), field("d", "date"), field("dec", "decimal(5,2)"),
+              field("b", "byte")]  # fmt: skip
+    features = ["typeWidening", "timestampNtz"]
+    write_commit(tmp_path, 0, [protocol(features, features), metadata(narrow), add("old.parquet", s0, 2)])
+
+    def changed(f: dict[str, Any], to: str) -> dict[str, Any]:
+        change = {"fromType": f["type"], "toType": to}
+        return {**f, "type": to, "metadata": {"delta.typeChanges": [change]}}
+
+    wide = [changed(narrow[0], "long"), changed(narrow[1], "double"), changed(narrow[2], "timestamp_ntz"),
+            changed(narrow[3], "decimal(10,2)"), changed(narrow[4], "integer")]  # fmt: skip
+    new = pa.table(
+        {
+            "i": pa.array([2**40], pa.int64()),
+            "f": pa.array([0.1], pa.float64()),
+            "d": pa.array([dt.datetime(2021, 1, 1, 12)], pa.timestamp("us")),
+            "dec": pa.array([decimal.Decimal("12345678.90")], pa.decimal128(10, 2)),
+            "b": pa.array([100_000], pa.int32()),
+        }
+    )
+    s1 = parquet_file(tmp_path, "new.parquet", new)
+    write_commit(tmp_path, 1, [metadata(wide), add("new.parquet", s1, 1)])
+    got = DeltaTable.open(tmp_path).to_arrow()
+    assert got.schema.field("i").type == pa.int64() and got.schema.field("d").type == pa.timestamp("us")
+    assert sorted(got.column("i").to_pylist()) == [-2, 1, 2**40]
+    assert dt.datetime(2020, 1, 2) in got.column("d").to_pylist()
+    assert feedlog_rows(tmp_path, 0) == canon(duckdb_read(tmp_path, 0))
+    for v in range(2):  # deltalake 1.6.6 refuses typeWidening; DuckDB reads it
+        assert feedlog_rows(tmp_path, v) == canon(duckdb_read(tmp_path, v)), v
+
+
+def test_timestamp_ntz_columns(tmp_path: Path) -> None:
+    data = pa.table(
+        {
+            "ntz": pa.array([dt.datetime(2021, 9, 8, 11, 11, 11, 5), None, dt.datetime(1, 1, 1)], pa.timestamp("us")),
+            "ts": pa.array([dt.datetime(2021, 1, 1), None, None], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    write_deltalake(tmp_path, data)
+    got = DeltaTable.open(tmp_path).to_arrow()
+    assert got.schema.field("ntz").type == pa.timestamp("us")  # no time zone
+    assert got.column("ntz").to_pylist()[0] == dt.datetime(2021, 9, 8, 11, 11, 11, 5)
+    assert_all_agree(tmp_path, range(1))
