@@ -80,6 +80,8 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "vacuumProtocolCheck",
         # feedlog writes V2 checkpoints for such tables (and never multi-part ones)
         V2_CHECKPOINT,
+        # writer.py: data files with physical names and field ids, partition values and stats by them
+        COLUMN_MAPPING,
     }
 )
 

@@ -222,6 +222,46 @@ def conform_array(arr: pa.Array, want: pa.Field, mode: str, where: str) -> pa.Ar
     return _cast(arr, t, where)
 
 
+def _physical_field(f: pa.Field, mode: str) -> pa.Field:
+    """The field as a data file of a column-mapped table stores it: physical names, Parquet field ids."""
+    t = f.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_physical_field(t.field(i), mode) for i in range(t.num_fields)])
+    elif pa.types.is_list(t):
+        t = pa.list_(_physical_field(t.value_field, mode))
+    elif pa.types.is_map(t):
+        t = pa.map_(_physical_field(t.key_field, mode), _physical_field(t.item_field, mode))
+    if f.name in ("element", "key", "value") and not (f.metadata and PHYSICAL_NAME in f.metadata):
+        return pa.field(f.name, t, f.nullable)  # list elements and map entries have no physical name
+    fid = _field_id(f, FIELD_ID)
+    meta = None if fid is None else {PARQUET_FIELD_ID: str(fid).encode()}
+    return pa.field(physical_name(f, mode), t, f.nullable, meta)
+
+
+def _rename(arr: pa.Array, target: pa.DataType) -> pa.Array:
+    """`arr` rebuilt with `target`'s field names (same shape, positions match)."""
+    mask = arr.is_null() if arr.null_count else None
+    if pa.types.is_struct(target):
+        children = [_rename(arr.field(i), target.field(i).type) for i in range(target.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    if pa.types.is_list(target):
+        return pa.ListArray.from_arrays(arr.offsets, _rename(arr.values, target.value_type), type=target, mask=mask)
+    if pa.types.is_map(target):
+        keys, items = _rename(arr.keys, target.key_type), _rename(arr.items, target.item_type)
+        return pa.MapArray.from_arrays(arr.offsets, keys, items, type=target, mask=mask)
+    return arr
+
+
+def to_physical(table: pa.Table, mode: str) -> pa.Table:
+    """Rows in the table's logical schema -> as a column-mapped table's data files hold them."""
+    fields = [_physical_field(f, mode) for f in table.schema]
+    cols = []
+    for f, column in zip(fields, table.columns, strict=True):
+        chunk = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        cols.append(_rename(chunk, f.type))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
 # --- files -------------------------------------------------------------------------------------
 
 

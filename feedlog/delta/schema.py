@@ -138,6 +138,16 @@ def from_schema_string(schema_string: str) -> pa.Schema:
         raise Corruption(f"bad schemaString: {e!r}") from None
 
 
+def _shape(t: Any) -> Any:
+    """A Delta type without its fields' metadata (column mapping's physical names and ids are the
+    table's, not the data's)."""
+    if isinstance(t, dict):
+        return {k: _shape(v) for k, v in t.items() if k != "metadata"}
+    if isinstance(t, list):
+        return [_shape(v) for v in t]
+    return t
+
+
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """`data` cast to the table's canonical schema, or SchemaMismatch saying what differs.
 
@@ -169,7 +179,7 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
         except InvalidArgument as e:
             raise SchemaMismatch(str(e)) from None
         expected = _type_to_delta(f.type, f.name)
-        if incoming != expected:
+        if _shape(incoming) != _shape(expected):
             raise SchemaMismatch(f"column {f.name!r} is {incoming} in the data but {expected} in the table")
         if not f.nullable and col.null_count:
             raise SchemaMismatch(f"column {f.name!r} is not nullable but has {col.null_count} null(s)")

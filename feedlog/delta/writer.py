@@ -18,10 +18,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidArgument, Unavailable
+from ..errors import InvalidArgument, Unavailable, Unsupported
 from .actions import COMPRESSION, NUM_INDEXED_COLS, Add
 from .parquet import write_parquet
-from .scan import encode_binary_partition
+from .scan import COLUMN_MAPPING_MODE, encode_binary_partition, physical_name, to_physical
 from .schema import conform
 from .stats import DEFAULT_INDEXED_COLS, file_stats
 from .storage import Storage
@@ -36,9 +36,14 @@ class WriteOptions:
     #: split files at this many rows (None: one file per partition per call)
     max_rows_per_file: int | None = None
     indexed_cols: int = DEFAULT_INDEXED_COLS
+    #: the table's column mapping mode (`none`, `name`, `id`): files get physical names and field ids
+    column_mapping: str = "none"
 
     @classmethod
     def from_properties(cls, conf: Mapping[str, str], **overrides: Any) -> WriteOptions:
+        mode = conf.get(COLUMN_MAPPING_MODE, "none").lower()
+        if mode not in ("none", "name", "id"):
+            raise Unsupported(f"writing refused: column mapping mode {mode!r} is not one feedlog writes")
         codec = conf.get(COMPRESSION, "zstd").lower()
         if codec not in _CODECS:
             raise InvalidArgument(f"{COMPRESSION}={codec!r} is not a codec feedlog writes ({sorted(_CODECS)})")
@@ -46,7 +51,7 @@ class WriteOptions:
             indexed = int(conf.get(NUM_INDEXED_COLS, DEFAULT_INDEXED_COLS))
         except ValueError:
             raise InvalidArgument(f"{NUM_INDEXED_COLS} must be an integer") from None
-        return cls(**{"compression": codec, "indexed_cols": indexed, **overrides})
+        return cls(**{"compression": codec, "indexed_cols": indexed, "column_mapping": mode, **overrides})
 
 
 def partition_value(value: Any) -> str | None:
@@ -111,6 +116,9 @@ def write_files(
 
     def write_one(job: tuple[int, tuple[dict[str, str | None], pa.Table]]) -> Add:
         i, (values, chunk) = job
+        if opts.column_mapping != "none":  # PROTOCOL.md "Writer Requirements for Column Mapping"
+            values = {physical_name(schema.field(k), opts.column_mapping): v for k, v in values.items()}
+            chunk = to_physical(chunk, opts.column_mapping)
         # void columns are never materialized in data files (PROTOCOL.md "Void Type")
         voids = [f.name for f in chunk.schema if pa.types.is_null(f.type)]
         if voids:

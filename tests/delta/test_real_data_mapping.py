@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ import pytest
 from deltalake import write_deltalake
 
 from feedlog.delta import DeltaTable
-from feedlog.errors import Unsupported
 
 from .conftest import deltalake_read, duckdb_read
 from .test_real_data_scan import (
@@ -105,11 +105,47 @@ def test_id_mapping_resolves_columns_by_parquet_field_id(tmp_path: Path) -> None
     assert got == [{"x": "a", "s": 1, "gone": None}, {"x": "b", "s": 2, "gone": None}]
 
 
-def test_column_mapped_tables_are_not_written_until_supported(tmp_path: Path) -> None:
-    write_deltalake(tmp_path, NESTED.drop_columns(["p"]), configuration={"delta.columnMapping.mode": "name"})
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_appends_to_a_column_mapped_table_write_physical_names(tmp_path: Path, mode: str) -> None:
+    """PROTOCOL.md "Writer Requirements for Column Mapping": files by physical name with field ids,
+    partition values and stats by physical name; delta-rs and feedlog append in turn."""
+    write_deltalake(tmp_path, NESTED, partition_by=["p"], configuration={"delta.columnMapping.mode": mode})
+    # the table-features form of the protocol (3, 7), as delta-spark writes it for new tables
+    write_commit(tmp_path, 1, [protocol(["columnMapping"], ["columnMapping"])])
     t = DeltaTable.open(tmp_path)
-    with pytest.raises(Unsupported, match="columnMapping"):
-        t.append(NESTED.drop_columns(["p"]))
+    t.append(NESTED.slice(0, 2))
+    write_deltalake(tmp_path, NESTED.slice(2), mode="append")
+    t.append(NESTED.slice(1))
+    snap = t.snapshot()
+    physical = {f.name: f.metadata[b"delta.columnMapping.physicalName"].decode() for f in snap.schema}
+    ours = [a for a in snap.files() if "part-00000-" in a.path and len(a.path.split("/")[0]) > 2]
+    assert ours
+    for a in ours:
+        assert set(a.partition_values) == {physical["p"]}
+        assert set(json.loads(a.stats or "{}")["nullCount"]) <= {physical[n] for n in ("id", "st", "arr", "mp")}
+        file_schema = pq.read_schema(tmp_path / urllib.parse.unquote(a.path))
+        assert file_schema.names == [physical[n] for n in ("id", "st", "arr", "mp")]
+        assert file_schema.field(0).metadata[b"PARQUET:field_id"] == b"1"
+    for v in range(5):
+        assert feedlog_rows(tmp_path, v) == canon(deltalake_read(tmp_path, v)), v
+        assert canon(drop(DeltaTable.open(tmp_path).to_arrow(v), "p")) == canon(drop(duckdb_read(tmp_path, v), "p"))
+    assert len(DeltaTable.open(tmp_path).to_arrow()) == 3 + 2 + 1 + 2
+    assert t.checkpoint() == 4  # maintenance is allowed too; the checkpoint reads alike
+    assert feedlog_rows(tmp_path) == canon(deltalake_read(tmp_path))
+    assert canon(drop(DeltaTable.open(tmp_path).to_arrow(), "p")) == canon(drop(duckdb_read(tmp_path), "p"))
+
+
+def test_column_mapping_property_without_the_feature_is_ignored(tmp_path: Path) -> None:
+    """The mode counts only where the protocol supports column mapping: files keep display names."""
+    size = parquet_file(tmp_path, "f.parquet", pa.table({"x": pa.array([1], pa.int64())}))
+    fields = [field("x", "long", **{"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": "col-x"})]
+    write_commit(tmp_path, 0, [protocol(), metadata(fields, None, **{"delta.columnMapping.mode": "name"}),
+                               add("f.parquet", size, 1)])  # fmt: skip
+    t = DeltaTable.open(tmp_path)
+    t.append(pa.table({"x": pa.array([2], pa.int64())}))
+    assert sorted(t.to_arrow().column("x").to_pylist()) == [1, 2]
+    for v in range(2):  # DuckDB refuses a physicalName annotation without column mapping
+        assert feedlog_rows(tmp_path, v) == canon(deltalake_read(tmp_path, v))
 
 
 def test_type_widening_reads_old_files_with_the_current_type(tmp_path: Path) -> None:
