@@ -44,6 +44,18 @@ def test_a_list_is_trusted_only_when_every_member_is() -> None:
     assert is_trusted(h1, [h1]) and not is_trusted(h1, [h2])
 
 
+def test_feedlog_owner_may_name_an_endpoint_list_as_a_table_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$FEEDLOG_OWNER=grpc://h1:7070,h2:7070 is one owner served by two processes (it was split into
+    two owners, the second a file path 'h2:7070', and the list was then untrusted)."""
+    from feedlog.delta.managed.protocol import env_owners, trusted_owners
+
+    monkeypatch.setenv(OWNER_ENV, "grpc://h1:7070,h2:7071")
+    assert trusted_owners(None) == (Binding.parse("grpc://h1:7070,h2:7071"),)
+    assert is_trusted(Binding.parse("grpc://h1:7070,h2:7071"), trusted_owners(None))
+    assert env_owners("grpc://h1:7070,grpc://h2:7071,/tmp/o.db") == ["grpc://h1:7070", "grpc://h2:7071", "/tmp/o.db"]
+    assert env_owners("/tmp/a.db, grpc://x:1 ,y:2,") == ["/tmp/a.db", "grpc://x:1,y:2"]
+
+
 def test_a_client_moves_on_from_an_endpoint_that_does_not_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

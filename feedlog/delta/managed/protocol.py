@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -198,10 +199,28 @@ class OwnerNotConsulted(UserWarning):
     """A read of a managed table saw only its backfilled log: the owner is untrusted or unreachable."""
 
 
+_HOST_PORT = re.compile(r"^[A-Za-z0-9.\[\]:-]+:\d+$")
+
+
+def env_owners(text: str) -> list[str]:
+    """$FEEDLOG_OWNER's comma-separated owners. A bare HOST:PORT after a grpc:// owner continues
+    that owner's endpoint list (`grpc://h1:7070,h2:7070` is one owner served by two processes,
+    as in a table's binding); anything else starts a new owner."""
+    out: list[str] = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        if out and out[-1].startswith(SCHEME) and "://" not in item and _HOST_PORT.match(item):
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    return out
+
+
 def trusted_owners(owner: Binding | str | Sequence[Binding | str] | None) -> tuple[Binding, ...]:
     """The owners `owner` names (a binding, a spec, or several); None: $FEEDLOG_OWNER, or none."""
     if owner is None:
-        owner = [s for s in (os.environ.get(OWNER_ENV) or "").split(",") if s.strip()]
+        owner = env_owners(os.environ.get(OWNER_ENV) or "")
     items = [owner] if isinstance(owner, (str, Binding)) else list(owner)
     return tuple(o if isinstance(o, Binding) else Binding.parse(o.strip()) for o in items)
 
