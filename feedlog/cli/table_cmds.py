@@ -297,7 +297,8 @@ def register(sub: Subcommands) -> None:
             p.add_argument(
                 "--owner",
                 metavar="OWNER",
-                help=f"the commit owner to trust, grpc://HOST:PORT or an owner database file (default: ${OWNER_ENV}); "
+                help="the commit owner to trust, grpc://HOST:PORT, an owner database file or postgresql://USER@HOST/DB "
+                f"(default: ${OWNER_ENV}); "
                 "without it a managed table is read from its backfilled log and cannot be written",
             )
         tls_args(p)
@@ -308,7 +309,11 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--partition-by", metavar="COLS", help="comma-separated partition columns")
     p.add_argument("--property", action="append", metavar="KEY=VALUE", help="a table property (repeatable)")
     p.add_argument("--no-ict", action="store_true", help="without in-commit timestamps (not for managed tables)")
-    p.add_argument("--owner", metavar="OWNER", help="grpc://HOST:PORT of a commit owner, or an owner database file")
+    p.add_argument(
+        "--owner",
+        metavar="OWNER",
+        help="grpc://HOST:PORT of a commit owner, an owner database file, or postgresql://USER@HOST/DB (no password)",
+    )
     p.add_argument("--batch-size", type=int, metavar="N", help="the owner backfills every N commits (default 1)")
     p.add_argument(
         "--token-out", metavar="FILE", help=f"where to write a generated token (default <TABLE>/{TOKEN_FILE})"
