@@ -379,7 +379,7 @@ class DeltaTable:
         state = self._latest(write=True)
         committer = self.committer_for(state.protocol, state.metadata)
         if not isinstance(committer, ManagedCommitter):
-            return max(list_log(self.storage).commits)  # a filesystem table is always fully backfilled
+            return list_log(self.storage).latest  # a filesystem table is always fully backfilled
         return committer.backfill(version)
 
     def owner_status(self) -> TableStatus | None:
@@ -414,7 +414,7 @@ class DeltaTable:
             "files": len(s.state.files),
             "rows": s.num_records(),
             "in_commit_timestamp": s.in_commit_timestamp,
-            "backfilled_version": max(list_log(self.storage).commits),
+            "backfilled_version": list_log(self.storage).latest,
             "commit_owner": None if (b := Binding.of(s.protocol, s.metadata)) is None else b.config,
         }
 

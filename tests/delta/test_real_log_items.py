@@ -319,6 +319,11 @@ def test_delta_spark_v2_json_checkpoint_with_sidecars_on_a_checkpoint_only_log(t
     )
     with pytest.raises(NotFound, match="older than the retained log"):
         t.snapshot(1)
+    info = t.info()
+    assert info["version"] == info["backfilled_version"] == 2 and info["rows"] == 20
+    assert "v2Checkpoint" in info["features"] and t.history() == []
+    with pytest.raises(NotFound, match="no retained version"):
+        t.version_at(1714496115810)  # no commit file is left to give a time
     assert_like_references(root, [2], column="id")
     # writable: appendOnly, invariants and v2Checkpoint are honoured; the next checkpoint is V2 too
     clock = ManualClock(SystemClock().now_ms())  # sidecar ages are file times
