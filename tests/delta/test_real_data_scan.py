@@ -22,7 +22,7 @@ import pytest
 from deltalake import write_deltalake
 
 from feedlog.delta import DeltaTable
-from feedlog.errors import Corruption
+from feedlog.errors import Corruption, Unsupported
 
 from .conftest import deltalake_read, duckdb_read
 
@@ -279,3 +279,32 @@ def test_absolute_file_uri_paths_of_a_shallow_clone(tmp_path: Path) -> None:
     assert canon(DeltaTable.open(clone).to_arrow()) == canon(DeltaTable.open(src).to_arrow())
     # deltalake reads it too; DuckDB 1.5.5's delta extension joins the URI onto the table root and fails
     assert feedlog_rows(clone) == canon(deltalake_read(clone))
+
+
+def test_absolute_paths_in_hadoop_form_and_under_the_tables_own_url(tmp_path: Path) -> None:
+    """delta-spark writes Hadoop URIs (`file:/abs/path`, one slash); an absolute URI under the table's
+    own object-store location reads through the table's store; one elsewhere on a store is refused."""
+    src = tmp_path / "src"
+    write_deltalake(src, pa.table({"x": [1, 2, 3]}))
+    (a,) = DeltaTable.open(src).snapshot().files()
+    hadoop = "file:" + str(src / urllib.parse.unquote(a.path))
+    clone = tmp_path / "clone"
+    write_commit(clone, 0, [protocol(), metadata([field("x", "long")]), add(hadoop, a.size, 3)])
+    assert feedlog_rows(clone) == [(1,), (2,), (3,)]
+
+    url = f"memory://real-data-{uuid.uuid4().hex}"
+    t = DeltaTable.create(url, pa.schema([("x", pa.int64())]), in_commit_timestamps=False)
+    t.append(pa.table({"x": pa.array([7, 8], pa.int64())}))
+    body = (src / urllib.parse.unquote(a.path)).read_bytes()
+    assert t.storage.put_if_absent("sub dir/copied.parquet", body)
+
+    def put(version: int, action: dict[str, Any]) -> None:
+        lines = [{"commitInfo": {"timestamp": T0, "operation": "WRITE"}}, action]
+        text = "".join(json.dumps(c) + "\n" for c in lines)
+        assert t.storage.put_if_absent(f"_delta_log/{version:020d}.json", text.encode())
+
+    put(2, add(f"{url}/sub%20dir/copied.parquet", len(body), 3))
+    assert sorted(DeltaTable.open(url).to_arrow().column("x").to_pylist()) == [1, 2, 3, 7, 8]
+    put(3, add("s3://other-bucket/x.parquet", 1, 1))
+    with pytest.raises(Unsupported, match="outside the table"):
+        DeltaTable.open(url).to_arrow()
