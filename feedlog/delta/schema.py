@@ -38,7 +38,7 @@ class SchemaMismatch(InvalidArgument):
     """Data does not fit the table's schema (appending with the wrong columns or types)."""
 
 
-def _type_to_delta(t: pa.DataType, where: str) -> Any:
+def _type_to_delta(t: pa.DataType, where: str, ntz: bool = False) -> Any:
     if pa.types.is_null(t):
         return "void"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
@@ -46,6 +46,8 @@ def _type_to_delta(t: pa.DataType, where: str) -> Any:
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
         return "binary"
     if pa.types.is_timestamp(t):
+        if t.tz is None and ntz:  # comparing with an existing table's timestamp_ntz column
+            return "timestamp_ntz"
         if t.tz is None:
             raise InvalidArgument(
                 f"column {where}: timestamps without a time zone need Delta's timestampNtz feature, "
@@ -57,18 +59,18 @@ def _type_to_delta(t: pa.DataType, where: str) -> Any:
             raise InvalidArgument(f"column {where}: decimal precision {t.precision} > 38")
         return f"decimal({t.precision},{t.scale})"
     if pa.types.is_struct(t):
-        return {"type": "struct", "fields": [_field_to_delta(t.field(i), where) for i in range(t.num_fields)]}
+        return {"type": "struct", "fields": [_field_to_delta(t.field(i), where, ntz) for i in range(t.num_fields)]}
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return {
             "type": "array",
-            "elementType": _type_to_delta(t.value_type, where + ".element"),
+            "elementType": _type_to_delta(t.value_type, where + ".element", ntz),
             "containsNull": t.value_field.nullable,
         }
     if pa.types.is_map(t):
         return {
             "type": "map",
-            "keyType": _type_to_delta(t.key_type, where + ".key"),
-            "valueType": _type_to_delta(t.item_type, where + ".value"),
+            "keyType": _type_to_delta(t.key_type, where + ".key", ntz),
+            "valueType": _type_to_delta(t.item_type, where + ".value", ntz),
             "valueContainsNull": t.item_field.nullable,
         }
     for name, arrow in _PRIMITIVE_TO_ARROW.items():
@@ -77,14 +79,14 @@ def _type_to_delta(t: pa.DataType, where: str) -> Any:
     raise InvalidArgument(f"column {where}: Arrow type {t} has no Delta equivalent")
 
 
-def _field_to_delta(f: pa.Field, parent: str = "") -> dict[str, Any]:
+def _field_to_delta(f: pa.Field, parent: str = "", ntz: bool = False) -> dict[str, Any]:
     where = f"{parent}.{f.name}" if parent else f.name
     meta = {}
     if f.metadata:
         for k, v in f.metadata.items():
             if k.startswith(b"delta."):
                 meta[k.decode()] = v.decode()
-    return {"name": f.name, "type": _type_to_delta(f.type, where), "nullable": f.nullable, "metadata": meta}
+    return {"name": f.name, "type": _type_to_delta(f.type, where, ntz), "nullable": f.nullable, "metadata": meta}
 
 
 def to_schema_string(schema: pa.Schema) -> str:
@@ -174,11 +176,12 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
                 raise SchemaMismatch(f"column {f.name!r} is not nullable but has {len(col)} null(s)")
             columns.append(pa.nulls(len(col), f.type))
             continue
+        expected = _type_to_delta(f.type, f.name, ntz=True)
         try:
-            incoming = _type_to_delta(col.type, src)
+            # naive timestamps fit only where the table has timestamp_ntz
+            incoming = _type_to_delta(col.type, src, ntz="timestamp_ntz" in json.dumps(expected))
         except InvalidArgument as e:
             raise SchemaMismatch(str(e)) from None
-        expected = _type_to_delta(f.type, f.name)
         if _shape(incoming) != _shape(expected):
             raise SchemaMismatch(f"column {f.name!r} is {incoming} in the data but {expected} in the table")
         if not f.nullable and col.null_count:

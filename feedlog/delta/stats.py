@@ -25,8 +25,13 @@ STRING_PREFIX = 32
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        value = value.astimezone(dt.UTC) if value.tzinfo else value
-        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+        # timestamp_ntz has no zone (as delta-spark's JSON of TimestampNTZ); years < 1000 keep 4 digits
+        zone = "" if value.tzinfo is None else "Z"
+        v = value if value.tzinfo is None else value.astimezone(dt.UTC)
+        return (
+            f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}."
+            f"{v.microsecond // 1000:03d}{zone}"
+        )
     if isinstance(value, dt.date):
         return value.isoformat()
     return value

@@ -8,6 +8,7 @@ overwritten (PROTOCOL.md "Data Files"); a file is invisible until a commit adds 
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -62,8 +63,17 @@ def partition_value(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, bytes):
         return encode_binary_partition(value)
-    if hasattr(value, "isoformat") and hasattr(value, "hour"):
-        return str(value.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:  # timestamp_ntz: the protocol's zone-less form
+            v, sep, zone = value, " ", ""
+        else:
+            v, sep, zone = value.astimezone(dt.UTC), "T", "Z"
+        return (
+            f"{v.year:04d}-{v.month:02d}-{v.day:02d}{sep}{v.hour:02d}:{v.minute:02d}:{v.second:02d}."
+            f"{v.microsecond:06d}{zone}"
+        )
+    if isinstance(value, dt.date):
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
     return str(value)
 
 

@@ -205,3 +205,38 @@ def test_timestamp_ntz_columns(tmp_path: Path) -> None:
     assert got.schema.field("ntz").type == pa.timestamp("us")  # no time zone
     assert got.column("ntz").to_pylist()[0] == dt.datetime(2021, 9, 8, 11, 11, 11, 5)
     assert_all_agree(tmp_path, range(1))
+
+
+def test_appends_to_a_timestamp_ntz_table_and_their_stats(tmp_path: Path) -> None:
+    """feedlog appends naive timestamps to a delta-rs timestampNtz table (partitioned by one, too):
+    partition values in the protocol's zone-less form, stats without a zone, 4-digit years; filters
+    that deltalake and DuckDB answer from those stats find the rows."""
+
+    def rows(n: list[dt.datetime | None], t: list[dt.datetime | None], pn: list[dt.datetime | None]) -> pa.Table:
+        utc = [None if x is None else x.replace(tzinfo=dt.UTC) for x in t]
+        return pa.table({"n": pa.array(n, pa.timestamp("us")), "t": pa.array(utc, pa.timestamp("us", tz="UTC")),
+                         "pn": pa.array(pn, pa.timestamp("us"))})  # fmt: skip
+
+    d = dt.datetime
+    write_deltalake(tmp_path, rows([d(2021, 9, 8, 11, 11, 11, 123456)], [d(2021, 1, 1)], [d(2020, 1, 1, 1, 2, 3)]),
+                    partition_by=["pn"])  # fmt: skip
+    t = DeltaTable.open(tmp_path)
+    t.append(rows([d(1, 1, 1, 0, 0, 0, 5), d(9999, 12, 31, 23, 59, 59)], [d(1, 1, 1), None],
+                  [d(1, 2, 3, 4, 5, 6, 7), None]))  # fmt: skip
+    t.append(rows([d(2200, 1, 1, 0, 0, 0, 500000)], [d(2200, 1, 1)], [d(2020, 1, 1, 1, 2, 3)]))
+    (ours,) = [a for a in t.snapshot().files() if "0001" in str(a.partition_values)]
+    assert ours.partition_values == {"pn": "0001-02-03 04:05:06.000007"}
+    stats = json.loads(ours.stats or "{}")
+    assert stats["minValues"] == {"n": "0001-01-01T00:00:00.000", "t": "0001-01-01T00:00:00.000Z"}
+    assert_all_agree(tmp_path, range(3))
+    import deltalake
+
+    from . import conftest  # its DuckDB connection, loaded by duckdb_read above
+
+    for where in ("n = TIMESTAMP '2200-01-01 00:00:00.5'", "t >= TIMESTAMP '2199-12-31 00:00:00+00'",
+                  "n > TIMESTAMP '2150-01-01 00:00:00' and pn = TIMESTAMP '2020-01-01 01:02:03'"):  # fmt: skip
+        sql = f"select count(*) as c from t where {where}"
+        rs = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(str(tmp_path))).execute(sql).read_all()
+        assert pa.table(rs).column("c").to_pylist() == [1], where
+        duck = conftest._duck.sql(f"select count(*) as c from delta_scan('{tmp_path}') where {where}").fetchall()
+        assert duck == [(1,)], where
