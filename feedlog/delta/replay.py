@@ -82,6 +82,9 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         V2_CHECKPOINT,
         # writer.py: data files with physical names and field ids, partition values and stats by them
         COLUMN_MAPPING,
+        # feedlog changes no column's type and keeps the schema's delta.typeChanges as it is
+        "typeWidening",
+        "typeWidening-preview",
     }
 )
 

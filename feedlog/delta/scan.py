@@ -71,6 +71,70 @@ def _field_id(field: pa.Field, key: bytes) -> int | None:
         return None
 
 
+_INTEGERS = ("byte", "short", "integer", "long")
+_DECIMAL_TYPE = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def _decimal(t: str) -> tuple[int, int] | None:
+    m = _DECIMAL_TYPE.fullmatch(t)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def widening_supported(from_type: Any, to_type: Any) -> bool:
+    """PROTOCOL.md "Type Widening": the type changes a reader converts files across."""
+    if not isinstance(from_type, str) or not isinstance(to_type, str):
+        return False
+    if from_type in _INTEGERS and to_type in _INTEGERS:
+        return _INTEGERS.index(from_type) < _INTEGERS.index(to_type)
+    if to_type == "double" and from_type in ("float", "byte", "short", "integer"):
+        return True
+    if (from_type, to_type) == ("date", "timestamp_ntz"):
+        return True
+    to_dec = _decimal(to_type)
+    if to_dec is None:
+        return False
+    p, s = to_dec
+    from_dec = _decimal(from_type)
+    if from_dec is not None:
+        k1, k2 = p - from_dec[0], s - from_dec[1]
+    elif from_type in ("byte", "short", "integer"):
+        k1, k2 = p - 10, s
+    elif from_type == "long":
+        k1, k2 = p - 20, s
+    else:
+        return False
+    return k1 >= k2 >= 0
+
+
+def check_type_changes(schema: pa.Schema) -> None:
+    """Unsupported (reading refused) for a `delta.typeChanges` entry this reader cannot convert."""
+    stack = list(schema)
+    for _ in range(1_000_000):  # bounded: a schema is finite
+        if not stack:
+            return
+        f = stack.pop()
+        raw = (f.metadata or {}).get(b"delta.typeChanges")
+        if raw is not None:
+            try:
+                changes = json.loads(raw)
+            except ValueError:
+                raise Corruption(f"column {f.name!r}: delta.typeChanges is not JSON") from None
+            for c in changes if isinstance(changes, list) else [changes]:
+                frm, to = (c.get("fromType"), c.get("toType")) if isinstance(c, dict) else (None, None)
+                if not widening_supported(frm, to):
+                    raise Unsupported(
+                        f"reading refused: column {f.name!r} had type change {frm} -> {to}, "
+                        "which is not a type widening the protocol defines"
+                    )
+        t = f.type
+        if pa.types.is_struct(t):
+            stack.extend(t.field(i) for i in range(t.num_fields))
+        elif pa.types.is_list(t):
+            stack.append(t.value_field)
+        elif pa.types.is_map(t):
+            stack.extend((t.key_field, t.item_field))
+
+
 # --- partition values --------------------------------------------------------------------------
 
 
@@ -276,6 +340,7 @@ class ScanContext:
 
     @classmethod
     def of(cls, storage: Storage, schema: pa.Schema, protocol: Protocol, metadata: Metadata) -> ScanContext:
+        check_type_changes(schema)
         return cls(storage, schema, tuple(metadata.partition_columns), column_mapping_mode(protocol, metadata))
 
 

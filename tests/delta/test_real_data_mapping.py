@@ -16,6 +16,7 @@ import pytest
 from deltalake import write_deltalake
 
 from feedlog.delta import DeltaTable
+from feedlog.errors import Unsupported
 
 from .conftest import deltalake_read, duckdb_read
 from .test_real_data_scan import (
@@ -240,3 +241,41 @@ def test_appends_to_a_timestamp_ntz_table_and_their_stats(tmp_path: Path) -> Non
         assert pa.table(rs).column("c").to_pylist() == [1], where
         duck = conftest._duck.sql(f"select count(*) as c from delta_scan('{tmp_path}') where {where}").fetchall()
         assert duck == [(1,)], where
+
+
+@pytest.mark.parametrize(
+    "change, ok",
+    [(("byte", "long"), True), (("integer", "double"), True), (("date", "timestamp_ntz"), True),
+     (("decimal(5,2)", "decimal(10,4)"), True), (("long", "decimal(20,0)"), True), (("integer", "decimal(12,2)"), True),
+     (("long", "integer"), False), (("double", "float"), False), (("decimal(5,2)", "decimal(6,4)"), False),
+     (("long", "decimal(19,0)"), False), (("string", "long"), False), (("long", "double"), False)],
+)  # fmt: skip
+def test_type_changes_outside_the_protocol_refuse_reading(tmp_path: Path, change: tuple[str, str], ok: bool) -> None:
+    size = parquet_file(tmp_path, "f.parquet", pa.table({"c": pa.array([], pa.int64())}))
+    meta = {"delta.typeChanges": [{"fromType": change[0], "toType": change[1]}]}
+    fields = [{"name": "c", "type": change[1], "nullable": True, "metadata": meta}]
+    features = ["typeWidening", "timestampNtz"]
+    write_commit(tmp_path, 0, [protocol(features, features), metadata(fields), add("f.parquet", size, 0)])
+    t = DeltaTable.open(tmp_path)
+    if ok:
+        assert t.to_arrow().num_rows == 0
+    else:
+        with pytest.raises(Unsupported, match=r"reading refused: column 'c' had type change"):
+            t.to_arrow()
+
+
+def test_appends_to_a_widened_table(tmp_path: Path) -> None:
+    """Appends write the current type and keep delta.typeChanges (feedlog changes no type)."""
+    s0 = parquet_file(tmp_path, "old.parquet", pa.table({"i": pa.array([1], pa.int32())}))
+    wide = [{"name": "i", "type": "long", "nullable": True,
+             "metadata": {"delta.typeChanges": [{"fromType": "integer", "toType": "long"}]}}]  # fmt: skip
+    features = ["typeWidening"]
+    write_commit(tmp_path, 0, [protocol(features, features), metadata(wide), add("old.parquet", s0, 1)])
+    t = DeltaTable.open(tmp_path)
+    t.append(pa.table({"i": pa.array([2**40], pa.int64())}))
+    t.set_properties({"x.note": "kept"})
+    assert sorted(t.to_arrow().column("i").to_pylist()) == [1, 2**40]
+    schema = json.loads(t.snapshot().metadata.schema_string)
+    assert schema["fields"][0]["metadata"]["delta.typeChanges"] == [{"fromType": "integer", "toType": "long"}]
+    for v in range(3):
+        assert feedlog_rows(tmp_path, v) == canon(duckdb_read(tmp_path, v)), v
