@@ -63,6 +63,9 @@ SUPPORTED_READER_FEATURES = frozenset(
         COLUMN_MAPPING,
         "typeWidening",
         "typeWidening-preview",
+        # unshredded variants read as their struct of two binaries (schema.VARIANT); writing is refused
+        "variantType",
+        "variantType-preview",
     }
 )
 #: writer features this library honours when it writes

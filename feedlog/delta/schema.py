@@ -5,7 +5,9 @@ written with: `timestamp` is microseconds adjusted to UTC (the Parquet mapping
 the protocol requires), strings and binaries are the 32-bit-offset kinds.
 Arrow types with no Delta equivalent (unsigned integers, naive timestamps,
 which need the `timestampNtz` reader feature) are refused with the column named.
-Delta's `void` (a column Spark leaves untyped: all nulls, never in data files) is Arrow's null type.
+Delta's `void` (a column Spark leaves untyped: all nulls, never in data files) is Arrow's null type;
+`variant` is the struct of its two binaries `metadata` and `value` (the protocol's alternate
+exposure of the raw physical struct).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ _PRIMITIVE_TO_ARROW: dict[str, pa.DataType] = {
     "date": pa.date32(),
     "timestamp": pa.timestamp("us", tz="UTC"),
 }
+#: how a `variant` column reads: the Parquet Variant encoding's two binaries, not interpreted
+VARIANT = pa.struct([pa.field("metadata", pa.binary(), False), pa.field("value", pa.binary(), False)])
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 
 
@@ -111,6 +115,8 @@ def _type_to_arrow(t: Any) -> pa.DataType:
             return pa.timestamp("us")
         if t == "void":  # PROTOCOL.md "Void Type": all nulls, never in data files
             return pa.null()
+        if t == "variant":  # PROTOCOL.md "Variant Data Type": the raw struct-of-binary (unshredded)
+            return VARIANT
         raise Corruption(f"unknown Delta type {t!r} in schemaString")
     kind = t.get("type")
     if kind == "struct":

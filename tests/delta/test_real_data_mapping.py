@@ -10,6 +10,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -279,3 +280,32 @@ def test_appends_to_a_widened_table(tmp_path: Path) -> None:
     assert schema["fields"][0]["metadata"]["delta.typeChanges"] == [{"fromType": "integer", "toType": "long"}]
     for v in range(3):
         assert feedlog_rows(tmp_path, v) == canon(duckdb_read(tmp_path, v)), v
+
+
+def test_variant_columns_read_as_their_two_binaries(tmp_path: Path) -> None:
+    """variantType (unshredded): the struct of `metadata` and `value` binaries, as deltalake exposes
+    it (DuckDB 1.5.5 cannot return a VARIANT to Arrow). Writing such a table is refused."""
+    variant = pa.struct([pa.field("value", pa.binary(), False), pa.field("metadata", pa.binary(), False)])
+    # Parquet Variant encoding: metadata v1 with an empty dictionary; value int8 5, and a short string "hi"
+    v = pa.array([{"value": b"\x0c\x05", "metadata": b"\x01\x00\x00"}, None,
+                  {"value": b"\x09hi", "metadata": b"\x01\x00\x00"}], variant)  # fmt: skip
+    size = parquet_file(tmp_path, "f.parquet", pa.table({"x": [1, 2, 3], "v": v}))
+    features = ["variantType"]
+    fields = [field("x", "long"), field("v", "variant")]
+    write_commit(tmp_path, 0, [protocol(features, features), metadata(fields), add("f.parquet", size, 3)])
+    t = DeltaTable.open(tmp_path)
+    got = t.to_arrow()
+    assert got.column("v").to_pylist()[0] == {"metadata": b"\x01\x00\x00", "value": b"\x0c\x05"}
+    assert feedlog_rows(tmp_path) == canon(deltalake_read(tmp_path))
+    with pytest.raises(Unsupported, match=r"writing refused.*variantType"):
+        t.append(got)
+
+
+def test_a_delta_rs_deletion_vector_table_lists_variant_type_and_reads(tmp_path: Path) -> None:
+    """deltalake 1.6.6 creates a table with delta.enableDeletionVectors as reader features
+    [variantType, deletionVectors] (and rewrites files on delete): feedlog reads it."""
+    write_deltalake(tmp_path, pa.table({"x": list(range(10))}), configuration={"delta.enableDeletionVectors": "true"})
+    deltalake.DeltaTable(str(tmp_path)).delete("x > 7")
+    assert "variantType" in (tmp_path / "_delta_log" / f"{0:020d}.json").read_text()
+    assert_all_agree(tmp_path, range(2))
+    assert sorted(DeltaTable.open(tmp_path).to_arrow().column("x").to_pylist()) == list(range(8))
