@@ -94,11 +94,9 @@ def materialize(name: str, tmp_path: Path) -> Path:
                 stats = json.loads(add["stats"])
                 n = stats["numRecords"]
                 assert schema is not None
+                lo, hi = stats["minValues"], stats["maxValues"]
                 columns = {
-                    f.name: pa.array(
-                        [_value(f.type, stats["minValues"][f.name], stats["maxValues"][f.name], i, n) for i in range(n)],
-                        f.type,
-                    )
+                    f.name: pa.array([_value(f.type, lo[f.name], hi[f.name], i, n) for i in range(n)], f.type)
                     for f in schema
                 }
                 target = root / add["path"]
