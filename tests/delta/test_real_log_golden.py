@@ -23,7 +23,7 @@ import pytest
 from feedlog.delta import DeltaTable
 from feedlog.delta import checkpoint as cp
 from feedlog.delta.log import list_log
-from feedlog.errors import Unsupported
+from feedlog.errors import Corruption, Unsupported
 
 from .test_real_log_items import GOLDEN, LOG, assert_like_references
 
@@ -154,3 +154,25 @@ def test_delta_spark_optimize_with_change_data_feed_and_arbitrary_operation_para
     assert sorted(t.to_arrow().column("month").to_pylist()) == [1, 2]
     with pytest.raises(Unsupported, match=r"writing refused: .*'changeDataFeed'"):
         t.append(pa.table({"id": pa.array([3], pa.int32()), "month": pa.array([3], pa.int32())}))
+
+
+def test_delta_spark_table_with_a_backward_ict_reads_at_every_version(tmp_path: Path) -> None:
+    """delta-rs's `cdc_ict_table` (delta-spark 4.3): commit 1's inCommitTimestamp is 10^11 ms before
+    commit 0's (issue 16 item 5). Every version still reads like deltalake and DuckDB; history and
+    time lookups that need commit 1's time name it; times after it resolve."""
+    root = materialize("cdc_ict_table", tmp_path)
+    t = DeltaTable.open(root)
+    assert t.version() == 3
+    assert_like_references(root, [0, 1, 2, 3], column="name", need=8)
+    assert sorted(t.to_arrow().column("name").to_pylist()) == ["Kate", "Steve"]
+    with pytest.raises(Corruption, match=r"commit 1 has inCommitTimestamp 1683874206883 .* not after version 0's"):
+        t.history()
+    assert [e.version for e in t.history(limit=2)] == [3, 2]  # the newest entries do not depend on it
+    assert t.version_at(1783874213881) == 3 and t.version_at(1783874213881 + 10**6) == 3
+    assert t.version_at(1783874212175) == 2
+    with pytest.raises(Corruption, match=r"commit 1 has inCommitTimestamp .* not after version 0's"):
+        t.version_at(1783874205000)  # the answer depends on commit 1's time
+    with pytest.raises(Unsupported, match=r"writing refused: .*'changeDataFeed'"):
+        t.append(
+            pa.table({"name": ["Zed"], "birthyear": pa.array([2000], pa.int32()), "age": pa.array([1], pa.int32())})
+        )
