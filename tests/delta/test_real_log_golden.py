@@ -23,6 +23,7 @@ import pytest
 from feedlog.delta import DeltaTable
 from feedlog.delta import checkpoint as cp
 from feedlog.delta.log import list_log
+from feedlog.delta.replay import check_writable
 from feedlog.errors import Corruption, Unsupported
 
 from .test_real_log_items import GOLDEN, LOG, assert_like_references
@@ -176,3 +177,41 @@ def test_delta_spark_table_with_a_backward_ict_reads_at_every_version(tmp_path: 
         t.append(
             pa.table({"name": ["Zed"], "birthyear": pa.array([2000], pa.int32()), "age": pa.array([1], pa.int32())})
         )
+
+
+def test_a_databricks_dlt_commit_with_protocol_2_5_and_no_column_mapping(tmp_path: Path) -> None:
+    """delta-rs's `delta-live-table`: Databricks DLT's "DLT SETUP" commit sets protocol (2,5) with no
+    `delta.columnMapping.mode` (issue 16 item 9). Its commit 0 and data are not in the index: commit 0
+    here creates the table with the same metaData, commit 2 adds a file of that schema."""
+    root = tmp_path / "dlt"
+    shutil.copytree(GOLDEN / "delta-live-table", root)
+    setup = _actions(root / LOG / f"{1:020d}.json")
+    meta = next(a for a in setup if "metaData" in a)
+    create = [{"commitInfo": {"timestamp": 1681798577757, "operation": "CREATE TABLE"}},
+              {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, meta]  # fmt: skip
+    (root / LOG / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in create) + "\n")
+    data = pa.table(
+        {
+            "sherpa_user_id": pa.array([1, 2], pa.decimal128(38, 0)),
+            "enabled": [True, False],
+            "last_login": pa.array([dt.datetime(2023, 4, 18, tzinfo=dt.UTC)] * 2, pa.timestamp("us", tz="UTC")),
+            "first_name": ["Ada", "Bob"],
+            "last_name": ["L", "M"],
+            "full_name": ["Ada L", "Bob M"],
+            "email": ["a@x", "b@x"],
+            "job_title": ["eng", "ops"],
+            "hire_date": pa.array([dt.date(2020, 1, 1), dt.date(2021, 2, 3)], pa.date32()),
+            "skypoint_delta_index": pa.array([10, 11], pa.int64()),
+        }
+    )
+    body = parquet_of_size(data, 4096)
+    (root / "part-00000-dlt.snappy.parquet").write_bytes(body)
+    add = {"path": "part-00000-dlt.snappy.parquet", "partitionValues": {}, "size": len(body),
+           "modificationTime": 1681798620000, "dataChange": True, "stats": json.dumps({"numRecords": 2})}  # fmt: skip
+    commit2 = [{"commitInfo": {"timestamp": 1681798620000, "operation": "WRITE"}}, {"add": add}]
+    (root / LOG / f"{2:020d}.json").write_text("\n".join(json.dumps(a) for a in commit2) + "\n")
+    t = DeltaTable.open(root)
+    s = t.snapshot()
+    assert s.protocol.min_reader_version == 2 and t.to_arrow().num_rows == 2
+    check_writable(s.protocol, metadata=s.metadata)  # nothing (2,5) implies is in use
+    assert_like_references(root, [0, 1, 2], column="skypoint_delta_index", need=6)
