@@ -61,6 +61,8 @@ _UNIT_MS = {
     "week": 7 * DAY_MS,
 }
 _VERSIONED = re.compile(r"(\d{20})\.(json|checkpoint\..*|crc)")
+#: log compaction files `<x>.<y>.compacted.json` (PROTOCOL.md "Log Compaction Files")
+_COMPACTED = re.compile(r"(\d{20})\.\d{20}\.compacted\.json")
 
 
 def parse_interval(text: str) -> int:
@@ -244,10 +246,15 @@ def _clean_sidecars(storage: Storage, now_ms: int) -> list[str]:
 def cleanup_plan(paths: Iterable[str], protected: int, keep_checkpoints_before: int = 0) -> list[str]:
     """Which log files go, in the order they go: commits and checkpoints of versions before the
     `protected` checkpoint, except checkpoints before `keep_checkpoints_before` (checkpoint
-    protection (a)); every commit before any checkpoint (d), oldest first. Pure."""
+    protection (a)); every commit before any checkpoint (d), oldest first; log compactions starting at
+    or before `protected` first of all (readers may use them in place of commits). Pure."""
     doomed = []
     for path in paths:
-        m = _VERSIONED.fullmatch(path.rsplit("/", 1)[-1])
+        name = path.rsplit("/", 1)[-1]
+        if (c := _COMPACTED.fullmatch(name)) and int(c.group(1)) <= protected:
+            doomed.append((-1, int(c.group(1)), path))  # startVersion <= the cutoff checkpoint's (step 3)
+            continue
+        m = _VERSIONED.fullmatch(name)
         if not m or int(m.group(1)) >= protected:
             continue
         is_commit = m.group(2) == "json"

@@ -465,3 +465,75 @@ def test_catalog_owned_tables_read_their_backfilled_log_with_a_warning_and_refus
         name = (reader or writer)[0]
         with pytest.raises(Unsupported, match=rf"writing refused: .*'{name}'"):
             t.append(rows(2, 1))
+
+
+def test_checkpoint_protection_keeps_the_sidecars_of_the_v2_checkpoints_it_keeps(tmp_path: Path) -> None:
+    """checkpointProtection before version 7 on a V2 table: a partial cleanup keeps V2 checkpoint 2 and
+    so its sidecar, while sidecars of no retained checkpoint (a day old) go."""
+    clock = ManualClock(SystemClock().now_ms())  # sidecar ages are file times
+    root = tmp_path / "p"
+    t = DeltaTable.create(root, SCHEMA, clock=clock, new_id=counter_ids(),
+                          properties={"delta.requireCheckpointProtectionBeforeVersion": "7"})  # fmt: skip
+    s = t.snapshot()
+    assert s.in_commit_timestamp is not None
+    writer = [*(s.protocol.writer_features or ()), "v2Checkpoint"]
+    clock.advance(DAY_MS)
+    write_commit(root, 1, {"commitInfo": {"inCommitTimestamp": clock.now_ms(), "timestamp": clock.now_ms()}},
+                 {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["v2Checkpoint"],
+                               "writerFeatures": writer}})  # fmt: skip
+    t = DeltaTable.open(root, clock=clock, new_id=counter_ids())
+    sidecar_of: dict[int, str] = {}
+    for v in range(2, 8):
+        clock.advance(DAY_MS)
+        t.append(rows(v, 1))
+        if v in (2, 4, 6):
+            before = set(os.listdir(root / LOG / "_sidecars")) if (root / LOG / "_sidecars").exists() else set()
+            t.checkpoint()
+            (sidecar_of[v],) = set(os.listdir(root / LOG / "_sidecars")) - before
+    # an orphan: a sidecar of a checkpoint that was never written (a crashed writer)
+    orphan = root / LOG / "_sidecars" / "orphan.parquet"
+    orphan.write_bytes((root / LOG / "_sidecars" / sidecar_of[2]).read_bytes())
+    os.utime(orphan, (0, 0))
+    clock.advance(DAY_MS // 2)
+    deleted = {p.rsplit("/", 1)[-1] for p in t.cleanup(retain_ms=3 * DAY_MS)}  # cutoff checkpoint 4 < 7
+    assert {f"{v:020d}.json" for v in range(4)} <= deleted and "orphan.parquet" in deleted
+    assert set(sidecar_of.values()) <= set(os.listdir(root / LOG / "_sidecars"))  # 2's kept with it
+    fresh = DeltaTable.open(root)
+    assert sorted_rows(fresh.to_arrow(2), "seq") == [(2,)]
+    assert sorted_rows(fresh.to_arrow(), "seq") == [(v,) for v in range(2, 8)]
+    assert_like_references(root, [4, 5, 6, 7], need=4)
+
+
+def test_a_classic_named_checkpoint_in_the_v2_spec_is_read_with_its_sidecars(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """PROTOCOL.md: a classic checkpoint may follow the V2 spec (checkpointMetadata, sidecars) on a V2 table."""
+    t = v2_table(tmp_path, clock)
+    root = tmp_path / "v2"
+    t.append(rows(3, 4, "b"))
+    t.checkpoint()  # 3
+    (uuid_cp,) = [n for n in os.listdir(root / LOG) if ".checkpoint." in n]
+    os.rename(root / LOG / uuid_cp, root / LOG / f"{3:020d}.checkpoint.parquet")
+    for v in range(3):
+        (root / LOG / f"{v:020d}.json").unlink()
+    listing = list_log(DeltaTable.open(root).storage)
+    assert listing.checkpoints[3].kind == "classic"
+    assert sorted_rows(DeltaTable.open(root).to_arrow(), "seq") == [(i,) for i in range(7)]
+    assert_like_references(root, [3])
+
+
+def test_cleanup_deletes_log_compactions_starting_at_or_before_the_cutoff_checkpoint() -> None:
+    from feedlog.delta.maintenance import cleanup_plan
+
+    def log(name: str) -> str:
+        return f"{LOG}/{name}"
+
+    paths = [log(f"{2:020d}.{4:020d}.compacted.json"), log(f"{5:020d}.{7:020d}.compacted.json"),
+             log(f"{6:020d}.{8:020d}.compacted.json"), log(f"{1:020d}.json"), log(f"{1:020d}.checkpoint.parquet"),
+             log(f"{5:020d}.json"), log(f"{5:020d}.checkpoint.parquet")]  # fmt: skip
+    assert cleanup_plan(paths, 5) == [
+        log(f"{2:020d}.{4:020d}.compacted.json"),
+        log(f"{5:020d}.{7:020d}.compacted.json"),
+        log(f"{1:020d}.json"),
+        log(f"{1:020d}.checkpoint.parquet"),
+    ]
