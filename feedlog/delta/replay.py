@@ -188,9 +188,9 @@ def check_writable(protocol: Protocol, extra_supported: Iterable[str] = (), meta
         )
     missing = writer_features(protocol, metadata) - SUPPORTED_WRITER_FEATURES - set(extra_supported)
     if missing:
-        legacy = (
-            "" if protocol.min_writer_version == 7 else f" (in use; Delta writer version {protocol.min_writer_version})"
-        )
+        v = protocol.min_writer_version
+        used = "" if metadata is None else " and the table uses them"
+        legacy = "" if v == 7 else f" (Delta writer version {v} implies them{used})"
         raise Unsupported(
             f"writing refused: table uses writer feature(s) feedlog does not support: {sorted(missing)}{legacy}; "
             "feedlog reads such a table but refuses to write it"
