@@ -139,19 +139,23 @@ def check_type_changes(schema: pa.Schema) -> None:
 
 
 def decode_binary_partition(raw: str) -> bytes:
-    """A binary partition value: the protocol's escaped bytes (`\\u0001\\u0002`, as delta-rs and
-    feedlog write them); else the string's code points as bytes when all are < 256 (the JSON
-    `"\\u0001"` reading of the protocol's example); else its UTF-8."""
+    """A binary partition value: the protocol's escaped bytes (`\\u0001\\u0002` as text, one escape
+    per byte, as delta-rs writes them), else the string's UTF-8 (as delta-spark and the kernels
+    write and read them: the JSON `"\\u0001\\u0002\\u0003"` of the protocol's example is bytes 1, 2, 3)."""
     if _ESCAPED_BYTES.fullmatch(raw):
         return bytes(int(raw[i + 2 : i + 6], 16) for i in range(0, len(raw), 6))
-    try:
-        return raw.encode("latin-1")
-    except UnicodeEncodeError:
-        return raw.encode("utf-8")
+    return raw.encode("utf-8", "surrogatepass")
 
 
 def encode_binary_partition(value: bytes) -> str:
-    """The protocol's escaped form of binary partition value bytes (one `\\u00XX` per byte)."""
+    """Bytes that are UTF-8 text as that text (every reader reads them back); other bytes, and text
+    that would read as escapes, as the protocol's escapes (one `\\u00XX` per byte, as delta-rs)."""
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and not _ESCAPED_BYTES.fullmatch(text):
+        return text
     return "".join(f"\\u{b:04X}" for b in value)
 
 
