@@ -50,7 +50,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
@@ -459,6 +461,23 @@ class DeltaSink(DataSource):
         if overwrite:
             raise InvalidArgument("the feedlog-delta sink appends: use outputMode append")
         return DeltaStreamWriter(SinkConfig.prepare(self.options, schema, overwrite, streaming=True))
+
+    # reading: spark.read / spark.readStream.format("feedlog-delta"), see delta_source.py
+
+    def schema(self) -> StructType:
+        from .delta_source import table_schema
+
+        return table_schema(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .delta_source import batch_reader
+
+        return batch_reader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .delta_source import stream_reader
+
+        return stream_reader(self.options)
 
 
 __all__ = ["FORMAT", "DeltaSink", "FeedRange", "FilesWritten", "SinkConfig", "app_id"]

@@ -1,0 +1,368 @@
+"""The feedlog-delta Spark reader on real local Spark: every version as deltalake reads it, time travel by
+in-commit timestamp as `feedlog table version-at` resolves it, file pruning, and streams of new commits."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.datasource import CaseInsensitiveDict, GreaterThan, GreaterThanOrEqual, In, IsNull, LessThan
+
+from feedlog.cli import main as cli_main
+from feedlog.delta import DeltaTable
+from feedlog.errors import InvalidArgument, Unsupported
+from feedlog.lake.delta_source import (
+    DeltaBatchReader,
+    DeltaStreamReader,
+    FilesPartition,
+    SkippingDeltaBatchReader,
+    batch_reader,
+    prune,
+)
+from feedlog.lake.ingest import ingest_batch
+
+from ..delta.conftest import SCHEMA, T0, deltalake_read, rows
+from .conftest import append, make_feed
+
+pytestmark = pytest.mark.slow
+quiet = lambda _msg: None  # noqa: E731
+FMT = "feedlog-delta"
+
+
+def as_rows(table: Any, columns: list[str] | None = None) -> list[tuple[Any, ...]]:
+    """Rows as sorted tuples, timestamps as UTC microseconds (Spark and Arrow agree on those)."""
+    t = pa.table(table)
+    names = columns or t.column_names
+    cols = []
+    for n in names:
+        c = t.column(n)
+        if pa.types.is_timestamp(c.type):
+            c = c.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        cols.append(c.to_pylist())
+    return sorted(zip(*cols, strict=True), key=repr)
+
+
+def spark_rows(df: Any) -> list[tuple[Any, ...]]:
+    return as_rows(df.toArrow())
+
+
+def read(spark: Any, path: Path | str, **options: Any) -> Any:
+    r = spark.read.format(FMT)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load(str(path))
+
+
+def cli_version_at(capsys: pytest.CaptureFixture[str], path: Path, ts: int) -> int | None:
+    """`feedlog table version-at PATH TS`: the version, or None when it exits non-zero (no version then)."""
+    capsys.readouterr()
+    code = cli_main(["table", "version-at", str(path), str(ts)])
+    out = capsys.readouterr().out.strip()
+    return int(out) if code == 0 else None
+
+
+def build_history(path: Path) -> DeltaTable:
+    """A table without ICT for its first versions, then ICT enabled: appends on two partitions, an
+    overwrite, a checkpoint. Every version's rows differ from every other's but v5's (ICT on) from v4's."""
+    t = DeltaTable.create(path, SCHEMA, partition_by=["p"], in_commit_timestamps=False)  # v0
+    t.append(rows(0, 5, "a"))  # v1
+    t.append(rows(5, 5, "b"))  # v2
+    t.append(rows(10, 3, "a"), mode="overwrite")  # v3
+    t.append(rows(13, 4, "b"))  # v4
+    t.enable_ict()  # v5: the boundary
+    t.append(rows(17, 6, "a"))  # v6
+    t.append(rows(23, 2, "b"))  # v7
+    t.checkpoint()
+    t.append(rows(25, 3, "a"))  # v8
+    return t
+
+
+def test_every_version_and_timestamp_as_deltalake_and_version_at(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t"
+    t = build_history(path)
+    e = t.ict_enablement()
+    assert e is not None and e.version == 5 and e.timestamp is not None
+    latest = t.version()
+    cols = SCHEMA.names
+    by_version = {}
+    for v in range(latest + 1):
+        expected = as_rows(deltalake_read(path, v), cols)
+        got = spark_rows(read(spark, path, versionAsOf=v).select(*cols))
+        assert got == expected, f"version {v}"
+        by_version[v] = expected
+    # rows name their version, but for the enablement commit's (it changes a property, not data)
+    assert by_version[5] == by_version[4]
+    assert len({repr(r) for v, r in by_version.items() if v != 5}) == latest
+    assert spark_rows(read(spark, path).select(*cols)) == by_version[latest]
+
+    # timestamps around every commit's time, on both sides of the ICT enablement
+    times = {h.version: h.timestamp for h in t.history()}
+    assert all(h.in_commit_timestamp is None for h in t.history() if h.version < 5)
+    sweep = sorted({c + d for c in times.values() for d in (-1, 0, 1)} | {e.timestamp - 1, e.timestamp})
+    resolved = []
+    for ts in sweep:
+        want = cli_version_at(capsys, path, ts)
+        assert want == (t.version_at(ts) if ts >= times[0] else None)
+        if want is None:  # before the first commit: the reader refuses as the CLI does
+            with pytest.raises(Exception, match="before the earliest"):
+                read(spark, path, timestampAsOf=str(ts)).count()
+            continue
+        resolved.append(want)
+        got = spark_rows(read(spark, path, timestampAsOf=str(ts)).select(*cols))
+        assert got == by_version[want], f"timestampAsOf {ts}: expected version {want}"
+    assert set(resolved) == set(range(latest + 1))  # the sweep met every version
+    # an ISO 8601 timestamp (ms precision) resolves like its milliseconds
+    iso = dt.datetime.fromtimestamp(times[6] / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    assert spark_rows(read(spark, path, timestampAsOf=iso).select(*cols)) == by_version[6]
+
+
+def test_feedlog_table_ingested_every_version_and_pruning(spark: Any, tmp_path: Path) -> None:
+    feed = make_feed(tmp_path / "feed", 300, batch=100)
+    table = tmp_path / "table"
+    for _ in range(3):  # three ingest commits, 300 entries each
+        ingest_batch(spark, [str(tmp_path / "feed")], str(table), progress=quiet)
+        append(feed, 300, batch=100)
+    t = DeltaTable.open(table)
+    assert t.version() == 3
+    for v in range(t.version() + 1):
+        assert spark_rows(read(spark, table, versionAsOf=v)) == as_rows(deltalake_read(table, v)), v
+
+    # without dataSkipping (the default) one DataFrame answers filtered and unfiltered queries alike
+    plain = read(spark, table)
+    assert [plain.filter("seq > 650").count(), plain.count(), plain.filter("seq < 11").count()] == [250, 900, 10]
+
+    files = t.snapshot().files()
+    df = read(spark, table, maxPartitionBytes=1, dataSkipping="true")  # a task per file: tasks count files
+    assert df.rdd.getNumPartitions() == len(files) == 3
+    # seqs 1..300 came in the first commit's file, 301..600 in the second's, 601..900 in the third's
+    assert df.filter("seq > 650").rdd.getNumPartitions() == 1
+    assert df.filter("seq >= 290 AND seq < 310").rdd.getNumPartitions() == 2
+    assert df.filter("seq IN (5, 7)").rdd.getNumPartitions() == 1
+    # no file can match: Spark still runs one task, given no files (checked below with the files gone)
+    nothing = [df.filter("seq > 5000"), df.filter("timestamp IS NULL")]  # exact timestamps: no nulls
+    assert [d.rdd.getNumPartitions() for d in nothing] == [1, 1]
+    # writer timestamps: the third file's rows are newer than any of the first two files'
+    third_min = min(r["timestamp"] for r in t.to_arrow().to_pylist() if r["seq"] > 600)
+    newer = df.filter(df["timestamp"] >= third_min)
+    assert newer.rdd.getNumPartitions() == 1
+    assert newer.count() == 300
+
+    # Files not planned are not read: remove the two old files and the pruned query still answers
+    first_two = sorted(files, key=lambda a: min_seq(a))[:2]
+    for a in first_two:
+        os.remove(table / urllib.parse.unquote(a.path))
+    assert sorted(r.seq for r in df.filter("seq > 895").select("seq").collect()) == [896, 897, 898, 899, 900]
+    assert newer.count() == 300
+    with pytest.raises(Exception, match=r"No such file|NotFound|not found"):
+        df.filter("seq > 10").count()
+    os.remove(table / urllib.parse.unquote(next(a for a in files if a not in first_two).path))
+    assert [d.count() for d in nothing] == [0, 0]
+    with pytest.raises(Exception, match=r"No such file|NotFound|not found"):
+        read(spark, table).count()
+
+
+def min_seq(a: Any) -> int:
+    import json
+
+    return int(json.loads(a.stats)["minValues"]["seq"])
+
+
+def test_pruning_by_partition_values_and_stats(tmp_path: Path) -> None:
+    """The planner alone (what the reader's pushFilters and partitions run), on every kind of filter."""
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, partition_by=["p"])
+    for i in range(6):
+        t.append(rows(i * 10, 10, "ab"[i % 2]))
+    files = t.snapshot().files()
+    seq_of = {a.path: min_seq(a) for a in files}
+
+    def kept(*filters: Any) -> list[int]:
+        return sorted(seq_of[a.path] for a in prune(files, list(filters), SCHEMA))
+
+    assert kept(GreaterThan(("seq",), 35)) == [30, 40, 50]
+    assert kept(LessThan(("seq",), 10)) == [0]
+    assert kept(GreaterThanOrEqual(("seq",), 19), LessThan(("seq",), 21)) == [10, 20]
+    assert kept(In(("p",), ("b",))) == [10, 30, 50]
+    assert kept(In(("seq",), (3, 44))) == [0, 40]
+    assert kept(IsNull(("seq",))) == []
+    assert kept(IsNull(("nope",))) == [0, 10, 20, 30, 40, 50]  # unknown column: keep everything
+    # ts = T0 + seq ms. Stats hold timestamps truncated to the ms, so a max of T0 + 29 ms stands for
+    # anything up to T0 + 29.999 ms: the file with seqs 20..29 is kept for ts >= T0 + 29.5 ms
+    ms29 = dt.datetime.fromtimestamp((T0 + 29) / 1000, dt.UTC)
+    assert kept(GreaterThanOrEqual(("ts",), ms29 + dt.timedelta(microseconds=500))) == [20, 30, 40, 50]
+    assert kept(GreaterThan(("ts",), ms29 + dt.timedelta(microseconds=999))) == [30, 40, 50]
+    assert kept(LessThan(("ts",), ms29 - dt.timedelta(milliseconds=9))) == [0, 10]  # min of 20..29 is T0 + 20
+
+    # through the reader, as Spark drives it
+    options = CaseInsensitiveDict({"path": str(tmp_path / "t"), "maxPartitionBytes": "1", "dataSkipping": "true"})
+    reader = batch_reader(options)
+    assert isinstance(reader, SkippingDeltaBatchReader)
+    pushed = [GreaterThan(("seq",), 49)]
+    assert list(reader.pushFilters(pushed)) == pushed  # Spark still filters the rows
+    parts = reader.partitions()
+    assert len(parts) == 1 and isinstance(parts[0], FilesPartition)
+    batches = list(reader.read(parts[0]))
+    assert sorted(s for b in batches for s in b.column("seq").to_pylist()) == list(range(50, 60))
+
+
+def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
+    t = DeltaTable.create(tmp_path / "t", SCHEMA)
+    t.append(rows(0, 3))
+    p = str(tmp_path / "t")
+
+    def opts(**kw: str) -> CaseInsensitiveDict:
+        return CaseInsensitiveDict({"path": p, **kw})
+
+    with pytest.raises(InvalidArgument, match="versionAsOf or timestampAsOf, not both"):
+        DeltaBatchReader(opts(versionAsOf="0", timestampAsOf="0"))
+    with pytest.raises(InvalidArgument, match="bad timestamp"):
+        DeltaBatchReader(opts(timestampAsOf="yesterday"))
+    with pytest.raises(InvalidArgument, match="versionAsOf must be an integer"):
+        DeltaBatchReader(opts(versionAsOf="one"))
+    with pytest.raises(InvalidArgument, match="needs option startingVersion"):
+        DeltaBatchReader(opts(readChangeFeed="true"))
+    with pytest.raises(InvalidArgument, match="for batch reads"):
+        DeltaStreamReader(opts(versionAsOf="0"))
+    with pytest.raises(InvalidArgument, match="maxFilesPerTrigger must be >= 1"):
+        DeltaStreamReader(opts(maxFilesPerTrigger="0"))
+    with pytest.raises(InvalidArgument, match="startingVersion or startingTimestamp"):
+        DeltaStreamReader(opts(startingVersion="0", startingTimestamp="0"))
+    with pytest.raises(InvalidArgument, match="needs a table path"):
+        DeltaBatchReader(CaseInsensitiveDict({}))
+    with pytest.raises(Exception, match="no Delta table"):
+        DeltaBatchReader(CaseInsensitiveDict({"path": str(tmp_path / "none")}))
+    # a table whose files need deletion vectors is refused, not read with its deleted rows
+    dv = DeltaTable.create(tmp_path / "dv", SCHEMA, in_commit_timestamps=False)
+    dv.append(rows(0, 3))
+    protocol = (
+        '{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["deletionVectors"],'
+        '"writerFeatures":["deletionVectors"]}}\n'
+    )
+    (tmp_path / "dv" / "_delta_log" / f"{2:020d}.json").write_text('{"commitInfo":{"timestamp":1}}\n' + protocol)
+    with pytest.raises(Unsupported, match="deletionVectors"):
+        DeltaBatchReader(CaseInsensitiveDict({"path": str(tmp_path / "dv")}))
+
+
+class Batches:
+    """What a streaming query delivered, micro-batch by micro-batch (foreachBatch, on the driver)."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[dict[str, Any]]] = {}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.batches[batch_id] = df.toArrow().to_pylist()  # timestamps aware, in UTC
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for b in sorted(self.batches) for r in self.batches[b]]
+
+    def with_rows(self) -> list[int]:
+        return sorted(b for b, rs in self.batches.items() if rs)
+
+
+def stream(spark: Any, path: Path, sink: Batches, ckpt: Path, trigger: dict[str, Any], **options: Any) -> Any:
+    r = spark.readStream.format(FMT)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return (
+        r.load(str(path))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(ckpt))
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def us(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def test_stream_change_feed_available_now(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t = build_history(path)  # v0..v8; v3 is an overwrite (removes files), v5 enables ICT
+    ict = {h.version: h.timestamp for h in t.history()}
+    assert all(h.in_commit_timestamp == h.timestamp for h in t.history() if h.version >= 5)
+    out = Batches()
+    q = stream(spark, path, out, tmp_path / "ck", {"availableNow": True}, readChangeFeed="true", startingVersion=4)
+    assert q.awaitTermination(60)
+    got = sorted((r["seq"], r["_change_type"], r["_commit_version"], r["_commit_timestamp"]) for r in out.rows)
+    want = [(s, "insert", 4, ict[4]) for s in range(13, 17)] + [(s, "insert", 6, ict[6]) for s in range(17, 23)]
+    want += [(s, "insert", 7, ict[7]) for s in range(23, 25)] + [(s, "insert", 8, ict[8]) for s in range(25, 28)]
+    assert got == [(s, c, v, us(ms)) for s, c, v, ms in want]  # the commit's ICT (file time before v5)
+
+    # a commit made after the run: the next availableNow run, from the checkpoint, reads it alone
+    t.append(rows(100, 2, "b"))  # v9
+    again = Batches()
+    q = stream(spark, path, again, tmp_path / "ck", {"availableNow": True}, readChangeFeed="true", startingVersion=4)
+    assert q.awaitTermination(60)
+    assert sorted((r["seq"], r["_commit_version"]) for r in again.rows) == [(100, 9), (101, 9)]
+
+    # the overwrite at v3 reads as deletes of the files it removed, then inserts
+    v3 = Batches()
+    q = stream(spark, path, v3, tmp_path / "ck3", {"availableNow": True}, readChangeFeed="true", startingVersion=3)
+    assert q.awaitTermination(60)
+    assert sorted((r["_change_type"], r["seq"]) for r in v3.rows if r["_commit_version"] == 3) == sorted(
+        [("delete", s) for s in range(0, 10)] + [("insert", s) for s in range(10, 13)]
+    )
+
+
+def test_stream_starting_timestamp_across_ict_enablement_and_file_limit(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t = build_history(path)
+    times = {h.version: h.timestamp for h in t.history()}
+    for v in (4, 5, 6):  # before, at and after the enablement (v5)
+        out = Batches()
+        q = stream(
+            spark,
+            path,
+            out,
+            tmp_path / f"ck{v}",
+            {"availableNow": True},
+            readChangeFeed="true",
+            startingTimestamp=str(times[v]),
+            maxFilesPerTrigger=1,
+        )
+        assert q.awaitTermination(60)
+        versions = sorted({r["_commit_version"] for r in out.rows})
+        first = 6 if v == 5 else v  # v5 (enable ICT) adds no rows
+        assert versions == [x for x in (4, 6, 7, 8) if x >= first]
+        # each of those commits added one file, and each micro-batch reads one file
+        assert len(out.with_rows()) == len(versions)
+        assert all(len({r["_commit_version"] for r in out.batches[b]}) == 1 for b in out.with_rows())
+
+
+def test_plain_stream_snapshot_then_new_commit_within_one_trigger(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t = DeltaTable.create(path, SCHEMA, partition_by=["p"])
+    t.append(rows(0, 5, "a"))
+    t.append(rows(5, 5, "b"))
+    out = Batches()
+    q = stream(spark, path, out, tmp_path / "ck", {"processingTime": "1 second"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(out.rows) < 10:
+            time.sleep(0.1)
+        assert sorted(r["seq"] for r in out.rows) == list(range(10))  # the table as of the start
+        assert set(out.rows[0]) == set(SCHEMA.names)  # a plain stream: the table's columns
+        before = max(out.batches)
+        t.append(rows(10, 3, "a"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(out.rows) < 13:
+            time.sleep(0.05)
+        assert sorted(r["seq"] for r in out.rows) == list(range(13))
+        # the commit lands in the micro-batch after the last one before it (or the one running then)
+        assert out.with_rows()[-1] <= before + 2
+        # an overwrite stops a plain stream (as delta-spark's does) rather than replaying the table
+        t.append(rows(20, 1, "a"), mode="overwrite")
+        with pytest.raises(Exception, match="skipChangeCommits"):
+            q.awaitTermination(30)
+            raise AssertionError("the stream kept running past an overwrite")
+    finally:
+        q.stop()
