@@ -347,13 +347,17 @@ class TableState:
         self.commit_info = self.commit_info_of(actions)
         if self.ict is not None and (self.ict_floor is None or self.ict > self.ict_floor):
             self.ict_floor = self.ict
+        # A commit's actions are unordered (PROTOCOL.md): a deletion vector update is `remove(path,
+        # old DV)` + `add(path, new DV)` in either order, so removes go first; a valid commit never
+        # adds and removes one (path, DV) pair.
+        for a in actions:
+            if isinstance(a, Remove):
+                self.files.pop(a.path, None)
+                self.tombstones[a.path] = a
         for a in actions:
             if isinstance(a, Add):
                 self.files[a.path] = a
                 self.tombstones.pop(a.path, None)
-            elif isinstance(a, Remove):
-                self.files.pop(a.path, None)
-                self.tombstones[a.path] = a
             elif isinstance(a, Txn):
                 self.txns[a.app_id] = a
             elif isinstance(a, DomainMetadata):

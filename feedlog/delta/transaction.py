@@ -339,8 +339,8 @@ class Transaction:
         (a Conflict) on a real conflict; Conflict if the committer refuses for good or the table stays
         too contended. A result with `skipped` means the claimed txn ranges were already committed."""
         if self.base.protocol is not None:  # the table as it is: upgrading its protocol must not hide a feature
-            check_writable(self.base.protocol)
-        check_writable(self.protocol_after(self.base))
+            check_writable(self.base.protocol, metadata=self.base.metadata)
+        check_writable(self.protocol_after(self.base), metadata=self.metadata_after(self.base))
         base = self.base
         for attempt in range(1, self.max_attempts + 1):
             if self.claims and claims_landed(base.txns, self.claims):

@@ -188,3 +188,20 @@ def test_deletion_vectors_on_a_column_mapped_partitioned_table(tmp_path: Path) -
         assert canon(t.to_arrow(v)) == canon(deltalake_read(tmp_path, v))
         # DuckDB 1.5.5 returns null for a column-mapped partition column; the rest agrees
         assert canon(t.to_arrow(v).drop_columns(["p"])) == canon(pa.table(duckdb_read(tmp_path, v)).drop_columns(["p"]))
+
+
+def test_a_dv_update_reads_the_same_whichever_order_its_commit_lists_add_and_remove(tmp_path: Path) -> None:
+    """A commit's actions are unordered: `add(path, new DV)` before `remove(path, old DV)` (as a
+    writer may emit a DELETE) must not drop the file (it did: files were keyed by path alone)."""
+    sa = parquet_file(tmp_path, "a.parquet", rows(0, 10))
+    a = add("a.parquet", sa, 10)
+    write_commit(tmp_path, 0, [DV_PROTOCOL, metadata(FIELDS, None, **{"delta.enableDeletionVectors": "true"}), a])
+    dv1 = inline([0])
+    write_commit(tmp_path, 1, [with_dv(a, dv1), remove(a)])  # the add first
+    dv2 = inline([0, 5])
+    write_commit(tmp_path, 2, [with_dv(a, dv2), remove(a, dv1)])
+    t = DeltaTable.open(tmp_path)
+    assert sorted(t.to_arrow(1).column("x").to_pylist()) == list(range(1, 10))
+    assert sorted(t.to_arrow().column("x").to_pylist()) == [1, 2, 3, 4, 6, 7, 8, 9]
+    assert t.snapshot().num_records() == 8
+    assert_all_agree(tmp_path, range(3))

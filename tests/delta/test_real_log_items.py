@@ -150,7 +150,9 @@ def test_protocol_2_5_without_a_mapping_mode_is_read(table: DeltaTable, tmp_path
     assert sorted_rows(t.to_arrow(), "seq") == [(0,), (1,), (2,)]
     s = t.snapshot()
     check_writable(s.protocol, metadata=s.metadata)  # nothing (2,5) implies is in use
-    assert_like_references(root, [0, 1])
+    assert t.append(rows(10, 2)).version == 2  # and a transaction may write it (it refused: no metadata given)
+    assert sorted_rows(DeltaTable.open(root).to_arrow(), "seq") == [(0,), (1,), (2,), (10,), (11,)]
+    assert_like_references(root, [0, 1, 2])
 
 
 def test_legacy_writer_versions_refuse_only_features_in_use() -> None:
