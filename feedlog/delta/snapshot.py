@@ -6,9 +6,10 @@ import pyarrow as pa
 
 from .actions import Add, Metadata, Protocol
 from .replay import TableState, ict_enabled
-from .scan import ScanContext, logical_num_records, read_file
+from .scan import ScanContext, column_mapping_mode, logical_num_records, read_file
 from .schema import from_schema_string
 from .storage import Storage
+from .writer import WriteOptions
 
 
 class Snapshot:
@@ -25,6 +26,12 @@ class Snapshot:
     @property
     def version(self) -> int:
         return self.state.version
+
+    def write_options(self) -> WriteOptions:
+        """How new data files of this table are written: its properties, and the column mapping mode
+        only where the protocol supports column mapping (PROTOCOL.md)."""
+        mode = column_mapping_mode(self.protocol, self.metadata)
+        return WriteOptions.from_properties(self.metadata.configuration, column_mapping=mode)
 
     @property
     def partition_columns(self) -> tuple[str, ...]:

@@ -36,12 +36,11 @@ from .managed.owners import Owners
 from .managed.protocol import Binding, TableStatus
 from .objectstore import open_storage
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
-from .scan import column_mapping_mode
 from .snapshot import Snapshot
 from .storage import Storage
 from .timeline import HistoryEntry, Timeline, ict_version_at
 from .transaction import CommitResult, Transaction
-from .writer import WriteOptions, write_files
+from .writer import write_files
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.12+; annotations only
@@ -276,9 +275,7 @@ class DeltaTable:
     def write_files(self, data: pa.Table | pa.RecordBatch, snapshot: Snapshot | None = None) -> list[Add]:
         """Write data files for `data` without committing them (what executors do)."""
         s = snapshot or self.snapshot()
-        # the mapping mode counts only where the protocol supports column mapping (PROTOCOL.md)
-        mode = column_mapping_mode(s.protocol, s.metadata)
-        opts = WriteOptions.from_properties(s.metadata.configuration, column_mapping=mode)
+        opts = s.write_options()
         return write_files(self.storage, s.schema, s.partition_columns, data, self.clock.now_ms(), self.new_id, opts)
 
     def append(

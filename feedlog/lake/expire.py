@@ -21,12 +21,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..clock import Clock, SystemClock
 from ..delta import DeltaTable, Snapshot
 from ..delta.actions import Add
 from ..delta.objectstore import open_storage
+from ..delta.scan import ScanContext, read_file
 from ..delta.writer import WriteOptions, write_files
 from ..errors import Conflict, InvalidArgument, Unsupported
 from ..log.crypto import leaf_hash
@@ -72,8 +72,8 @@ class _Job:
 def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
     """(old add, new add or None, rows cleared) for one file; runs on an executor."""
     storage = open_storage(job.path, job.storage_options)
-    rel = urllib.parse.unquote(add_json["path"])
-    data = pq.read_table(pa.BufferReader(storage.read(rel)))
+    # as a reader sees the file: logical column names (column mapping), deletion vectors applied
+    data = read_file(ScanContext(storage, job.schema, (), job.options.column_mapping), Add.from_json(add_json))
     now = pa.scalar(job.now_ms * 1000, TIMESTAMP)
     expired = pc.and_(pc.fill_null(pc.less(data.column("expires_at"), now), False), pc.invert(data.column("cleared")))
     n = pc.sum(expired.cast(pa.int64())).as_py() or 0
@@ -135,7 +135,7 @@ def expire(
     candidates = [a.to_json() for a in snap.files() if _may_expire(a, now)]
     if not candidates:
         return ExpireResult(None, 0, 0)
-    options = WriteOptions.from_properties(snap.metadata.configuration)
+    options = snap.write_options()
     options_for_executors = dict(storage_options) if storage_options else None
     job = _Job(table.storage.location, options_for_executors, snap.schema, options, now, clock.now_ms())
     results = (
