@@ -542,6 +542,11 @@ class DeltaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return pack(self.files, self.max_bytes, self.min_partitions)
 
+    # Pickled with the read function sent to every task (before Spark asks for the partitions, in
+    # the same process): the tasks get their files in their partition, not the table's file list.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "files": [], "all_files": [], "filters": []}
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # no files to read (an empty table, or all pruned): Spark still runs one task, with no partition
         return self.spec.read(partition.files if isinstance(partition, FilesPartition) else ())
