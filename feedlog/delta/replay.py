@@ -125,6 +125,36 @@ def _schema_metadata_keys(metadata: Metadata) -> set[str]:
     return keys
 
 
+def invariant_columns(metadata: Metadata | None) -> list[str]:
+    """The (dotted) names of the columns whose schema metadata sets `delta.invariants`, the
+    expressions a writer honouring the `invariants` feature must check on every row it adds."""
+    if metadata is None or not metadata.schema_string:
+        return []
+    try:
+        schema = json.loads(metadata.schema_string)
+    except json.JSONDecodeError:
+        return []
+    found: list[str] = []
+    stack: list[tuple[str, Any]] = [("", schema)]
+    for _ in range(1_000_000):  # bounded: a schema string is finite, this only guards the loop
+        if not stack:
+            break
+        prefix, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        for f in node.get("fields", ()) if isinstance(node.get("fields"), list) else ():
+            if not isinstance(f, dict):
+                continue
+            name = f"{prefix}{f.get('name')}"
+            if isinstance(f.get("metadata"), dict) and "delta.invariants" in f["metadata"]:
+                found.append(name)
+            stack.append((f"{name}.", f.get("type")))
+        for key in ("elementType", "valueType", "keyType"):
+            if isinstance(node.get(key), dict):
+                stack.append((prefix, node[key]))
+    return sorted(found)
+
+
 def _in_use(feature: str, metadata: Metadata | None) -> bool:
     """Whether a legacy-implied feature is in use by a table with `metadata` (None: assume so)."""
     if metadata is None:
@@ -186,7 +216,15 @@ def check_writable(protocol: Protocol, extra_supported: Iterable[str] = (), meta
             f"writing refused: the table needs Delta writer version {protocol.min_writer_version}; "
             "feedlog writes up to 7"
         )
-    missing = writer_features(protocol, metadata) - SUPPORTED_WRITER_FEATURES - set(extra_supported)
+    features = writer_features(protocol, metadata)
+    missing = features - SUPPORTED_WRITER_FEATURES - set(extra_supported)
+    invariants = invariant_columns(metadata) if INVARIANTS in features else []
+    if invariants:
+        # feedlog evaluates no SQL: appending rows it cannot check would break the table's invariants
+        raise Unsupported(
+            f"writing refused: the table's feature {INVARIANTS!r} sets column invariants (delta.invariants) "
+            f"on {invariants}, which feedlog does not check; feedlog reads such a table but refuses to write it"
+        )
     if missing:
         v = protocol.min_writer_version
         used = "" if metadata is None else " and the table uses them"
