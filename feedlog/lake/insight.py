@@ -86,11 +86,14 @@ class FeedPolicy:
 
     @classmethod
     def inferred(cls, timestamps_ms: Iterable[int]) -> FeedPolicy:
-        """The largest unit (1 ms .. 1 d) that every timestamp is a multiple of."""
-        values = [t for t in timestamps_ms if t > 0]
+        """The largest unit (1 ms .. 1 w) that every timestamp is a multiple of; 1 ms (no evidence)
+        unless at least two distinct timestamps show it (one reading of 18:00 says nothing of 6 h)."""
+        values = {t for t in timestamps_ms if t > 0}
         unit = 1
+        if len(values) < 2:
+            return cls(None, unit)
         for u in sorted(set(UNITS_MS.values()) | set(STANDARD_BUCKETS_MS)):
-            if values and all(t % u == 0 for t in values):
+            if all(t % u == 0 for t in values):
                 unit = max(unit, u)
         return cls(None, unit)
 
@@ -382,6 +385,7 @@ class Freshness:
     keys: list[KeyFreshness] = field(default_factory=list)
 
     def to_json(self, limit: int = 100) -> dict[str, Any]:
+        """The summary, and the first `limit` keys (by name) where the feeds' latest writes differ."""
         return {
             "shared_keys": self.shared_keys,
             "disagreeing": self.disagreeing,
@@ -404,7 +408,7 @@ class Freshness:
                     "disagree": k.disagree,
                     "feeds": {s.feed: {"seq": s.seq, "timestamp": s.ts_ms, "deleted": s.deleted} for s in k.states},
                 }
-                for k in self.keys[:limit]
+                for k in [k for k in self.keys if k.disagree][:limit]
             ],
         }
 

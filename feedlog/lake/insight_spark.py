@@ -61,9 +61,11 @@ def infer_policies(df: Any) -> dict[str, FeedPolicy]:
     units = sorted(set(UNITS_MS.values()) | set(STANDARD_BUCKETS_MS))
     ms = _ms(F.col("timestamp"))
     aggs = [F.min(F.when(ms > 0, (ms % u == 0).cast("int"))).alias(f"u{u}") for u in units]
+    aggs.append(F.countDistinct(F.when(ms > 0, ms)).alias("distinct"))
     out: dict[str, FeedPolicy] = {}
     for row in df.groupBy("feed").agg(*aggs).collect():
-        unit = max((u for u in units if row[f"u{u}"] == 1), default=1)
+        evidence = row["distinct"] >= 2  # as FeedPolicy.inferred: one reading shows no unit
+        unit = max((u for u in units if evidence and row[f"u{u}"] == 1), default=1)
         out[row["feed"]] = FeedPolicy(None, unit)
     return out
 

@@ -137,6 +137,7 @@ def test_bucket_width_widens_to_a_standard_width_and_says_why() -> None:
 def test_inferred_policy_is_the_largest_unit_all_timestamps_share() -> None:
     assert FeedPolicy.inferred([NOW - NOW % H, NOW - NOW % H + H]).granularity_ms == H
     assert FeedPolicy.inferred([NOW - NOW % H + 1]).granularity_ms == 1
+    assert FeedPolicy.inferred([NOW - NOW % (7 * D)] * 3).granularity_ms == 1  # one reading: no evidence
     assert FeedPolicy.inferred([]).granularity_ms == 1
 
 

@@ -104,3 +104,36 @@ def test_freshness_matches(rows_and_frame) -> None:
 def test_policies_inferred_on_the_executors_match(rows_and_frame) -> None:
     rows, _policies, df = rows_and_frame
     assert insight_spark.infer_policies(df) == insight.table_policies(rows)
+
+
+def test_the_cli_on_an_ingested_table_matches_the_feeds(spark, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`feedlog activity|recent|freshness TABLE` reads the table with Spark (the feedlog-delta reader)
+    and says what the same commands say over the feeds the table was ingested from."""
+    import json
+
+    from feedlog.cli import main
+    from feedlog.lake.ingest import ingest_batch
+    from feedlog.log.feed import Feed, Write
+
+    from .conftest import KEY_A, KEY_B
+
+    for name, kp in (("a", KEY_A), ("b", KEY_B)):
+        with Feed.create(tmp_path / name, key_pair=kp, timestamps="truncate:1h") as f:
+            f.append([Write(f"/k{i % 7}", f"{name}{i}".encode()) for i in range(40)])
+            f.delete("/k1")
+    feeds = [str(tmp_path / "a"), str(tmp_path / "b")]
+    table = str(tmp_path / "table")
+    ingest_batch(spark, feeds, table, progress=lambda _m: None)
+
+    def run(*args: str) -> dict:  # type: ignore[type-arg]
+        assert main([*args, "--json", "--now", str(NOW + 400 * D)]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    for cmd in (["activity", "--every", "1h"], ["recent", "--limit", "7"], ["freshness"]):
+        on_feeds, on_table = run(cmd[0], *feeds, *cmd[1:]), run(cmd[0], table, *cmd[1:])
+        on_feeds.pop("policies", None), on_table.pop("policies", None)
+        for f in on_feeds.get("feeds", []) if cmd[0] == "freshness" else []:
+            f.pop("policy")
+        for f in on_table.get("feeds", []) if cmd[0] == "freshness" else []:
+            f.pop("policy")
+        assert on_table == on_feeds, cmd[0]
