@@ -38,6 +38,7 @@ from .core import (
 )
 from .crypto import KeyPair, discovery_key
 from .entries import ENTRY, Record
+from .keyindex import KeyIndex
 from .merkle import TreeState
 from .timestamps import TimestampPolicy, format_duration, parse_duration
 
@@ -163,7 +164,7 @@ class Feed:
         # seed from our own persisted timestamps only: a replica's were written by another clock
         floor = settings.timestamps.clock_floor(core.max_ts) if core.can_sign else 0
         self.clock = MonotonicClock(clock or SystemClock(), floor)
-        self._keys: dict[str, list[int]] | None = None
+        self._keys = KeyIndex(core, self._scan_keys)
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -232,7 +233,11 @@ class Feed:
         return cls(core, FeedSettings(fsync=fsync))
 
     def close(self) -> None:
-        self.core.close()
+        try:
+            with self.core.lock:
+                self._keys.close()
+        finally:
+            self.core.close()
 
     def __enter__(self) -> Feed:
         return self
@@ -294,9 +299,7 @@ class Feed:
             out = [Appended(start + n, ts, expires) for n, (ts, expires) in enumerate(stamps)]
             stamped = [ts for ts, _ in stamps if ts is not None]
             self.core.append(blocks, min_ts=min(stamped, default=0), max_ts=max(stamped, default=0))
-            if self._keys is not None:
-                for w, a in zip(writes, out, strict=True):
-                    self._keys.setdefault(w.key, []).append(a.seq)
+            self._keys.added(start, [w.key for w in writes])
             return out
 
     def check(self, writes: Sequence[Write]) -> None:
@@ -337,7 +340,6 @@ class Feed:
     def _stored(self, start: int, content_type: str) -> None:
         if start == 0 and content_type != self.settings.content_type:
             self.settings = dataclasses.replace(self.settings, content_type=content_type)
-        self._keys = None
 
     def put(
         self,
@@ -376,28 +378,29 @@ class Feed:
         """The writer timestamp of `seq` (untrusted data: may be absent, out of order, 1970...)."""
         return self.record(seq).timestamp
 
-    def _index(self) -> dict[str, list[int]]:
-        if self._keys is None:
-            keys: dict[str, list[int]] = {}
-            for r in self.records():
-                if not r.cleared and r.invalid is None:
-                    keys.setdefault(r.key, []).append(r.seq)
-            self._keys = keys
-        return self._keys
+    def _scan_keys(self, start: int, end: int) -> Iterator[tuple[int, str]]:
+        """(seq, key) of the valid, uncleared entries in [start, end): what the key index holds."""
+        for r in self.records(start, end):
+            if not r.cleared and r.invalid is None:
+                yield r.seq, r.key
+
+    def _entries_for(self, key: str) -> Iterator[Record]:
+        """The valid, uncleared entries for `key`, newest first (the key index's candidates, checked)."""
+        for seq in self._keys.candidates(key):
+            r = self.record(seq)
+            if not r.cleared and r.invalid is None and r.key == key:
+                yield r
 
     def get(self, key: str) -> Record | None:
         """The latest live entry for `key`: None if never written, deleted, or expired."""
-        seqs = self._index().get(key)
-        if not seqs:
-            return None
-        r = self.record(seqs[-1])
-        if r.deleted or r.cleared or r.expired(self.clock.now_ms()):
+        r = next(self._entries_for(key), None)
+        if r is None or r.deleted or r.expired(self.clock.now_ms()):
             return None
         return r
 
     def history(self, key: str) -> list[Record]:
         """Every entry ever written for `key`, oldest first (deletions and expired ones too)."""
-        return [self.record(s) for s in self._index().get(key, [])]
+        return sorted(self._entries_for(key), key=lambda r: r.seq)
 
     # ---- maintenance ----------------------------------------------------------------
 
@@ -422,7 +425,6 @@ class Feed:
             return CompactReport(0, 0)
         size = sum(self.core.leaf(s).size for s in victims)
         cleared = self.core.clear(sorted(victims))
-        self._keys = None
         return CompactReport(cleared, size)
 
     def verify(self) -> VerifyReport:
