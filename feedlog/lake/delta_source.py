@@ -528,12 +528,15 @@ class DeltaBatchReader(DataSourceReader):
         self.change_feed = _flag(options, "readChangeFeed")
         self.filters: list[Filter] = []
         self.all_files: list[Add] = []
+        #: the version read (versionAsOf, what timestampAsOf resolved to, or the latest); None for a change feed
+        self.version: int | None = None
         table = self.ref.open()
         if self.change_feed:
             self.files, schema = change_range(table, options)
         else:
             snap = snapshot_as_of(table, options)
             check_plain(snap)
+            self.version = snap.version
             self.all_files = snap.files()
             self.files = [FileTask.of(a) for a in self.all_files]
             schema = snap.schema

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict, GreaterThan, GreaterThan
 
 from feedlog.cli import main as cli_main
 from feedlog.delta import DeltaTable
-from feedlog.errors import InvalidArgument, Unsupported
+from feedlog.errors import InvalidArgument, NotFound, Unsupported
 from feedlog.lake.delta_source import (
     DeltaBatchReader,
     DeltaStreamReader,
@@ -103,24 +103,29 @@ def test_every_version_and_timestamp_as_deltalake_and_version_at(
     assert len({repr(r) for v, r in by_version.items() if v != 5}) == latest
     assert spark_rows(read(spark, path).select(*cols)) == by_version[latest]
 
-    # timestamps around every commit's time, on both sides of the ICT enablement
+    # timestamps around every commit's time, on both sides of the ICT enablement: the reader resolves
+    # each as the CLI does (planned in this process, as Spark's planning worker runs it) ...
     times = {h.version: h.timestamp for h in t.history()}
     assert all(h.in_commit_timestamp is None for h in t.history() if h.version < 5)
     sweep = sorted({c + d for c in times.values() for d in (-1, 0, 1)} | {e.timestamp - 1, e.timestamp})
-    resolved = []
+    resolved = {}
     for ts in sweep:
         want = cli_version_at(capsys, path, ts)
         assert want == (t.version_at(ts) if ts >= times[0] else None)
+        options = CaseInsensitiveDict({"path": str(path), "timestampAsOf": str(ts)})
         if want is None:  # before the first commit: the reader refuses as the CLI does
-            with pytest.raises(Exception, match="before the earliest"):
-                read(spark, path, timestampAsOf=str(ts)).count()
+            with pytest.raises(NotFound, match="before the earliest"):
+                DeltaBatchReader(options)
             continue
-        resolved.append(want)
-        if ts - 1 in times.values() and ts + 1 not in times.values():  # just after a commit: the CLI alone
-            continue
+        assert DeltaBatchReader(options).version == want, f"timestampAsOf {ts}"
+        resolved[ts] = want
+    assert set(resolved.values()) == set(range(latest + 1))  # the sweep met every version
+    # ... and Spark reads those versions' rows: at the boundary, at each side of it, and at the ends
+    for ts in (times[0], times[4], e.timestamp - 1, e.timestamp, times[6] - 1, times[latest] + 1):
         got = spark_rows(read(spark, path, timestampAsOf=str(ts)).select(*cols))
-        assert got == by_version[want], f"timestampAsOf {ts}: expected version {want}"
-    assert set(resolved) == set(range(latest + 1))  # the sweep met every version
+        assert got == by_version[resolved[ts]], f"timestampAsOf {ts}: expected version {resolved[ts]}"
+    with pytest.raises(Exception, match="before the earliest"):
+        read(spark, path, timestampAsOf=str(times[0] - 1)).count()
     # an ISO 8601 timestamp (ms precision) resolves like its milliseconds
     iso = dt.datetime.fromtimestamp(times[6] / 1000, dt.UTC).isoformat(timespec="milliseconds")
     assert spark_rows(read(spark, path, timestampAsOf=iso).select(*cols)) == by_version[6]
@@ -319,6 +324,7 @@ def test_stream_starting_timestamp_across_ict_enablement_and_file_limit(spark: A
     path = tmp_path / "t"
     t = build_history(path)
     times = {h.version: h.timestamp for h in t.history()}
+    limits = {4: {"maxFilesPerTrigger": 1}, 5: {"maxFilesPerTrigger": 1}, 6: {"maxBytesPerTrigger": 1}}
     for v in (4, 5, 6):  # before, at and after the enablement (v5)
         out = Batches()
         q = stream(
@@ -329,7 +335,7 @@ def test_stream_starting_timestamp_across_ict_enablement_and_file_limit(spark: A
             {"availableNow": True},
             readChangeFeed="true",
             startingTimestamp=str(times[v]),
-            maxFilesPerTrigger=1,
+            **limits[v],  # a byte limit below one file's size reads one file per micro-batch too
         )
         assert q.awaitTermination(60)
         versions = sorted({r["_commit_version"] for r in out.rows})
@@ -433,3 +439,17 @@ def deltalake_read_s3(url: str, options: dict[str, str]) -> pa.Table:
 
     dt_ = deltalake.DeltaTable(url, storage_options=options)
     return pa.table(deltalake.QueryBuilder().register("t", dt_).execute("select * from t").read_all())
+
+
+def test_timestamp_and_string_partitions_read_and_skip(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t = DeltaTable.create(path, SCHEMA, partition_by=["ts", "p"])
+    t.append(pa.concat_tables([rows(0, 3, "a"), rows(3, 2, "b")]))
+    assert len(t.snapshot().files()) == 5  # one per (ts, p)
+    assert spark_rows(read(spark, path)) == as_rows(deltalake_read(path), SCHEMA.names)
+    df = read(spark, path, dataSkipping="true", maxPartitionBytes=1)
+    second = df.filter(df["ts"] == us(T0 + 1))
+    assert second.rdd.getNumPartitions() == 1
+    assert [r.seq for r in second.collect()] == [1]
+    assert df.filter("p = 'b'").rdd.getNumPartitions() == 2
+    assert df.filter(df["ts"] >= us(T0 + 3)).rdd.getNumPartitions() == 2
