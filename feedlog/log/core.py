@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import fcntl
+import mmap
 import os
 import secrets
 import shutil
@@ -70,6 +71,9 @@ BLOCK_FRAMING = 8
 CLEARED_NODE_BYTES = 64
 SEGMENT_FRAMING = 192
 _EMPTY_HASH = merkle.roots_hash([])
+_ENTRY_SIZE = storage.INDEX_ENTRY.size
+_NODE_SIZE = storage.NODE.size
+_unpack_entry = storage.INDEX_ENTRY.unpack_from
 
 
 def segment_cost(block: bytes | None, *, first: bool) -> int:
@@ -213,6 +217,9 @@ class Core:
         # record boundaries (end length, log offset), for serving whole signed batches; built on first use
         self._rec_ends: array[int] | None = None
         self._rec_offs: array[int] = array("q")
+        # read-only maps of the index and tree files for `get` (remapped as the files grow; see `_maps`)
+        self._index_map: mmap.mmap | bytes = b""
+        self._tree_map: mmap.mmap | bytes = b""
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -330,6 +337,7 @@ class Core:
             self._close_fds()
 
     def _close_fds(self) -> None:
+        self._index_map = self._tree_map = b""  # dropped, not closed (see `_maps`)
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
@@ -372,12 +380,12 @@ class Core:
         with self.lock:
             start = self._state.length
             check_batch(start, blocks)
-            created, roots = merkle.append_leaves(self._roots, start, blocks)
-            th = merkle.roots_hash(roots)
+            folded = merkle.fold(self._roots, start, blocks)
+            th = merkle.roots_hash(folded.roots)
             length = start + len(blocks)
             sig = self._signer.sign(tree_signable(th, length, self._state.fork))
             state = TreeState(length, self._state.fork, th, sig)
-            self._commit(start, blocks, created, roots, state, min_ts, max_ts)
+            self._commit(start, blocks, folded, state, min_ts, max_ts)
             return state
 
     def append_signed(
@@ -398,12 +406,12 @@ class Core:
                     f"a batch signed for fork {state.fork} cannot continue this copy at fork {self._state.fork}"
                     f" (length {start}, tree {self._state.tree_hash.hex()})"
                 )
-            created, roots = merkle.append_leaves(self._roots, start, blocks)
-            if merkle.roots_hash(roots) != state.tree_hash:
+            folded = merkle.fold(self._roots, start, blocks)
+            if merkle.roots_hash(folded.roots) != state.tree_hash:
                 raise Corruption(f"blocks {start}..{state.length - 1} do not hash to the signed tree hash")
             if not self.verifier.verify(state.signature, state.signable()):
                 raise SignatureError(f"signature for length {state.length} does not verify with the feed key")
-            self._commit(start, blocks, created, roots, state, min_ts, max_ts, sync=sync)
+            self._commit(start, blocks, folded, state, min_ts, max_ts, sync=sync)
 
     def append_with_signature(
         self,
@@ -430,9 +438,15 @@ class Core:
             if not blocks:
                 raise InvalidArgument("cannot append an empty batch")
             check_batch(start, blocks)
-            created, roots, state = merkle.signed_append(self._roots, start, blocks, signature, fork, self.verifier)
+            folded = merkle.fold(self._roots, start, blocks)
+            state = TreeState(start + len(blocks), fork, merkle.roots_hash(folded.roots), signature)
+            if not self.verifier.verify(signature, state.signable()):
+                raise SignatureError(
+                    f"signature over length {state.length} does not verify with the feed key"
+                    " (only the key holder can append)"
+                )
             min_ts, max_ts = inspect() if inspect is not None else (0, 0)
-            self._commit(start, blocks, created, roots, state, min_ts, max_ts)
+            self._commit(start, blocks, folded, state, min_ts, max_ts)
             return state
 
     def sync(self) -> None:
@@ -445,8 +459,7 @@ class Core:
         self,
         start: int,
         blocks: Sequence[bytes],
-        created: list[Node],
-        roots: list[Node],
+        folded: merkle.Fold,
         state: TreeState,
         min_ts: int,
         max_ts: int,
@@ -457,25 +470,22 @@ class Core:
             raise ReadOnly(f"{self.path}: opened read-only")
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
-        rec, first = storage.encode_batch(
-            start, list(blocks), state.fork, state.tree_hash, state.signature, min_ts, max_ts
+        sizes = list(map(len, blocks))
+        parts, first, total = storage.encode_batch_parts(
+            start, blocks, sizes, state.fork, state.tree_hash, state.signature, min_ts, max_ts
         )
         off = self._log_end
         # caches first, the log record last: a reader that sees the record finds its nodes
-        self._write_nodes(created)
-        pos = off + first
-        entries = bytearray()
-        for b in blocks:
-            entries += storage.INDEX_ENTRY.pack(pos, len(b), 0)
-            pos += len(b)
-        os.pwrite(self._index, entries, start * storage.INDEX_ENTRY.size)
-        os.pwrite(self._log, rec, off)
+        self._write_nodes(folded)
+        os.pwrite(self._index, storage.index_entries(off + first, sizes), start * storage.INDEX_ENTRY.size)
+        if os.pwritev(self._log, parts, off) != total:
+            raise OSError(f"{self.path}: short write to the log")
         if self.fsync and sync:
             os.fdatasync(self._log)
         self._note_record(state.length, off)
-        self._log_end = off + len(rec)
+        self._log_end = off + total
         self._last_record = off
-        self._roots = roots
+        self._roots = folded.roots
         self._state = state
         self._note_ts(min_ts, max_ts)
         if self._log_end - self._ckpt.log_offset >= CHECKPOINT_BYTES:
@@ -486,8 +496,8 @@ class Core:
             self.min_ts = min_ts
         self.max_ts = max(self.max_ts, max_ts)
 
-    def _write_nodes(self, nodes: list[Node]) -> None:
-        """Write exactly `nodes`, with one pwrite per run of consecutive indices.
+    def _write_nodes(self, folded: merkle.Fold) -> None:
+        """Write exactly the batch's nodes, with one pwrite per run of consecutive indices.
 
         Never a placeholder for an index the batch did not compute: while a writer
         replays the log after a crash, later batches' nodes are already in the file,
@@ -497,23 +507,15 @@ class Core:
         the range goes out in a few runs.
         """
         size = storage.NODE.size
-        pack = storage.NODE.pack_into
-        leaves = [n.index for n in nodes if n.index % 2 == 0]
-        lo, hi = (min(leaves), max(leaves)) if leaves else (0, -1)
-        buf = bytearray((hi - lo + 1) * size)
-        have = bytearray(hi - lo + 1)  # 1 where the batch computed the node
-        for node in nodes:
-            if lo <= node.index <= hi:
-                pack(buf, (node.index - lo) * size, node.hash, node.size)
-                have[node.index - lo] = 1
-            else:  # a parent joining the batch to older roots
-                os.pwrite(self._tree, storage.NODE.pack(node.hash, node.size), node.index * size)
+        for node in folded.outside:  # parents joining the batch to older roots
+            os.pwrite(self._tree, storage.NODE.pack(node.hash, node.size), node.index * size)
+        have, buf, lo = folded.have, memoryview(folded.buf), folded.lo
         i = 0
         while i < len(have):
             j = have.find(0, i)
             j = len(have) if j < 0 else j
             if j > i:
-                os.pwrite(self._tree, memoryview(buf)[i * size : j * size], (lo + i) * size)
+                os.pwrite(self._tree, buf[i * size : j * size], (lo + i) * size)
             i = j + 1
 
     def checkpoint(self) -> None:
@@ -572,15 +574,14 @@ class Core:
             blocks = [
                 bytes(buf[o - base : o - base + n]) for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)
             ]
-            created, roots = merkle.append_leaves(self._roots, rec.start, blocks)
+            folded = merkle.fold(self._roots, rec.start, blocks)
+            roots = folded.roots
             state = TreeState(rec.length, rec.fork, rec.tree_hash, rec.signature)
             if merkle.roots_hash(roots) != rec.tree_hash or not self.verifier.verify(rec.signature, state.signable()):
                 raise Corruption(f"{self.path}: log record at offset {rec.offset} does not match its signature")
             if self.writable:
-                self._write_nodes(created)
-                entries = b"".join(
-                    storage.INDEX_ENTRY.pack(o, n, 0) for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)
-                )
+                self._write_nodes(folded)
+                entries = storage.index_entries(rec.block_offsets[0], list(rec.block_lengths)) if blocks else b""
                 os.pwrite(self._index, entries, rec.start * storage.INDEX_ENTRY.size)
             self._roots, self._state = roots, state
             self._note_record(rec.length, rec.offset)
@@ -705,14 +706,41 @@ class Core:
         if not 0 <= seq < self.length:
             raise NotFound(f"seq {seq} is outside the feed (length {self.length})")
 
+    def _maps(self, seq: int) -> tuple[mmap.mmap | bytes, mmap.mmap | bytes]:
+        """Maps of the index and tree files covering `seq`'s entry and leaf node.
+
+        Mapped whole at their current size, and again once they have grown past
+        `seq`. An old map is dropped, never closed: a concurrent `get` may still
+        read it. The files only shrink when a writer opens the feed (to the log's
+        valid end, which no reader reads past), so a map never outlives its bytes.
+        """
+        im, tm = self._index_map, self._tree_map
+        if (seq + 1) * _ENTRY_SIZE > len(im) or (2 * seq + 1) * _NODE_SIZE > len(tm):
+            with self.lock:
+                for fd, attr in ((self._index, "_index_map"), (self._tree, "_tree_map")):
+                    if os.fstat(fd).st_size:
+                        setattr(self, attr, mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            im, tm = self._index_map, self._tree_map
+        return im, tm
+
     def get(self, seq: int) -> bytes | None:
-        """Block `seq`, checked against its leaf hash; None if compaction cleared it."""
-        self._check_seq(seq)
-        off, n, flags = self._entry(seq)
+        """Block `seq`, checked against its leaf hash; None if compaction cleared it.
+
+        One pread of the log; the index entry and the leaf hash come from maps.
+        """
+        if not 0 <= seq < self._state.length:
+            raise NotFound(f"seq {seq} is outside the feed (length {self._state.length})")
+        im, tm = self._index_map, self._tree_map
+        if (seq + 1) * _ENTRY_SIZE > len(im) or (2 * seq + 1) * _NODE_SIZE > len(tm):
+            im, tm = self._maps(seq)
+            if (seq + 1) * _ENTRY_SIZE > len(im) or (2 * seq + 1) * _NODE_SIZE > len(tm):
+                raise Corruption(f"{self.path}: the index entry or tree node of block {seq} is missing")
+        off, n, flags = _unpack_entry(im, seq * _ENTRY_SIZE)
         if flags & storage.CLEARED:
             return None
         block = os.pread(self._log, n, off)
-        if len(block) != n or leaf_hash(block) != self.node(2 * seq).hash:
+        h = seq * (2 * _NODE_SIZE)
+        if len(block) != n or leaf_hash(block) != tm[h : h + 32]:
             raise Corruption(f"{self.path}: block {seq} fails its hash check")
         return block
 

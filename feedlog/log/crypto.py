@@ -51,9 +51,17 @@ _PARENT = struct.Struct("<BQ32s32s")
 _blake2b = hashlib.blake2b
 
 
+#: the leaf prefix of every small block size, prebuilt: a small block is hashed in one call
+_SMALL = 1024
+_LEAF_PREFIXES = [_LEAF_PREFIX.pack(LEAF_TYPE, n) for n in range(_SMALL)]
+
+
 def leaf_hash(block: bytes) -> bytes:
     """H(0x00 || u64le(len(block)) || block)."""
-    h = _blake2b(_LEAF_PREFIX.pack(LEAF_TYPE, len(block)), digest_size=HASH_SIZE)
+    n = len(block)
+    if n < _SMALL:
+        return _blake2b(_LEAF_PREFIXES[n] + block, digest_size=HASH_SIZE).digest()
+    h = _blake2b(_LEAF_PREFIX.pack(LEAF_TYPE, n), digest_size=HASH_SIZE)
     h.update(block)
     return h.digest()
 

@@ -20,8 +20,12 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
 import zlib
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 from ..errors import Corruption
@@ -66,6 +70,38 @@ def encode_batch(
     head = _HEAD.pack(MAGIC, body_len, start, count, fork, start + count, min_ts, max_ts, tree_hash, signature)
     rec = b"".join((head, lengths, payload))
     return rec + _CRC.pack(zlib.crc32(rec)), _HEAD.size + len(lengths)
+
+
+def encode_batch_parts(
+    start: int,
+    blocks: Sequence[bytes],
+    sizes: list[int],
+    fork: int,
+    tree_hash: bytes,
+    signature: bytes,
+    min_ts: int,
+    max_ts: int,
+) -> tuple[list[bytes], int, int]:
+    """`encode_batch` as buffers for one `os.pwritev` (no copy of the whole record): (parts, first, total)."""
+    count = len(blocks)
+    lengths = struct.pack(f"<{count}I", *sizes)
+    payload = b"".join(blocks)
+    body_len = _HEAD.size - 8 + len(lengths) + len(payload)
+    head = _HEAD.pack(MAGIC, body_len, start, count, fork, start + count, min_ts, max_ts, tree_hash, signature)
+    crc = zlib.crc32(payload, zlib.crc32(lengths, zlib.crc32(head)))
+    parts = [head, lengths, payload, _CRC.pack(crc)]
+    return parts, _HEAD.size + len(lengths), 8 + body_len + _CRC.size
+
+
+def index_entries(first: int, sizes: list[int]) -> bytes:
+    """INDEX_ENTRY records for consecutive blocks of `sizes` bytes, the first at log offset `first`."""
+    n = len(sizes)
+    words = array("Q", bytes(16 * n))
+    words[0::2] = array("Q", accumulate(sizes[:-1], initial=first)) if n else array("Q")
+    words[1::2] = array("Q", sizes)  # u32 length, then u32 flags 0: one little-endian u64
+    if sys.byteorder != "little":
+        words.byteswap()
+    return words.tobytes()
 
 
 @dataclass(frozen=True, slots=True)

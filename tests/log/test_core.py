@@ -178,3 +178,31 @@ def test_checkpoint_interval_bounds_recovery(tmp_path: Path, monkeypatch: pytest
             c.append([b"y" * 50])
         ck = storage.Checkpoint.load(p / storage.CHECKPOINT)
         assert ck.length > 10  # checkpoints happened along the way, not only at close
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [5], [3, 0, 7, 1 << 20], list(range(300))])
+def test_packed_index_entries_and_record_parts_match_the_plain_encoding(sizes: list[int]) -> None:
+    blocks = [bytes([n % 251]) * n for n in sizes]
+    expected = b"".join(storage.INDEX_ENTRY.pack(1000 + sum(sizes[:k]), n, 0) for k, n in enumerate(sizes))
+    assert storage.index_entries(1000, sizes) == expected
+    if blocks:
+        rec, first = storage.encode_batch(7, blocks, 2, b"t" * 32, b"s" * 64, 3, 9)
+        parts, first2, total = storage.encode_batch_parts(7, blocks, sizes, 2, b"t" * 32, b"s" * 64, 3, 9)
+        assert (b"".join(parts), first2, total) == (rec, first, len(rec))
+
+
+def test_a_reader_maps_the_grown_index_and_tree_and_refuses_a_lost_entry(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    with Core.open(p) as w, Core.open(p, writable=False) as r:
+        assert r.get(9) == blocks(10)[9]  # maps the files as they are
+        for k in range(40):
+            w.append(blocks(3, 10 + 3 * k))
+        assert r.refresh() == 120
+        assert [r.get(s) for s in (10, 64, 129)] == [blocks(130)[s] for s in (10, 64, 129)]
+    with Core.open(p) as c:
+        c.checkpoint()
+    os.truncate(p / storage.INDEX, 16 * 100)  # entries 100.. lost, the checkpoint says they are durable
+    with Core.open(p, writable=False) as r:
+        assert r.get(99) == blocks(100)[99]
+        with pytest.raises(Corruption, match="block 100"):
+            r.get(100)

@@ -71,3 +71,27 @@ def test_signature_over_other_length_is_rejected() -> None:
     forged = replace(state, signature=bytes(64))
     with pytest.raises(SignatureError):
         merkle.verify_proof(merkle.build_proof(1, b"b", forged, nodes.__getitem__), KP.public_key)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.binary(max_size=1100), min_size=1, max_size=60), batches_st)
+def test_fold_packs_exactly_the_nodes_append_leaves_creates(blocks: list[bytes], batches: list[int]) -> None:
+    # the append path's packed fold against the Node-per-node reference, batch after batch
+    roots: list[Node] = []
+    start = i = 0
+    while start < len(blocks):
+        n = batches[i % len(batches)]
+        i += 1
+        batch = blocks[start : start + n]
+        created, expected_roots = merkle.append_leaves(roots, start, batch)
+        f = merkle.fold(roots, start, batch)
+        got = dict((n.index, n) for n in f.outside)
+        for k in range(len(f.have)):
+            if f.have[k]:
+                h, size = merkle.NODE.unpack_from(f.buf, 40 * k)
+                got[f.lo + k] = Node(f.lo + k, h, size)
+            else:
+                assert f.buf[40 * k : 40 * k + 40] == bytes(40)
+        assert got == {c.index: c for c in created}
+        assert f.roots == expected_roots and all(o.index < f.lo for o in f.outside)
+        roots, start = expected_roots, start + len(batch)
