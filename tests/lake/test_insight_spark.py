@@ -5,6 +5,7 @@ answers as the local ones (insight.py) on the same rows: 1,000 feeds with every 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -106,8 +107,8 @@ def test_policies_inferred_on_the_executors_match(rows_and_frame) -> None:
     assert insight_spark.infer_policies(df) == insight.table_policies(rows)
 
 
-def test_the_cli_on_an_ingested_table_matches_the_feeds(spark, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    """`feedlog activity|recent|freshness TABLE` reads the table with Spark (the feedlog-delta reader)
+def test_the_cli_on_an_ingested_table_matches_the_feeds(spark, tmp_path, capsys):
+    """`feedlog activity|recent|freshness TABLE` reads the table with Spark
     and says what the same commands say over the feeds the table was ingested from."""
     import json
 
@@ -125,9 +126,10 @@ def test_the_cli_on_an_ingested_table_matches_the_feeds(spark, tmp_path, capsys)
     table = str(tmp_path / "table")
     ingest_batch(spark, feeds, table, progress=lambda _m: None)
 
-    def run(*args: str) -> dict:  # type: ignore[type-arg]
+    def run(*args: str) -> dict[str, Any]:
         assert main([*args, "--json", "--now", str(NOW + 400 * D)]) == 0
-        return json.loads(capsys.readouterr().out)
+        got: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return got
 
     for cmd in (["activity", "--every", "1h"], ["recent", "--limit", "7"], ["freshness"]):
         on_feeds, on_table = run(cmd[0], *feeds, *cmd[1:]), run(cmd[0], table, *cmd[1:])
