@@ -77,11 +77,22 @@ def partition_value(value: Any) -> str | None:
     return str(value)
 
 
+#: the longest partition directory name written (file systems allow 255 bytes per name, and a
+#: quoted non-ASCII character takes 9); a longer one and its file go to the table's root instead
+MAX_PARTITION_DIR_NAME = 200
+MAX_PARTITION_DIRS = 1000
+
+
 def _partition_dir(values: Mapping[str, str | None]) -> str:
+    """The Hive-style directories of a file with these partition values, or "" where one would be
+    too long to create: readers take partition values from the log, never from the path (PROTOCOL.md
+    "Add File and Remove File"), so the directories are a convention, not a requirement."""
     parts = []
     for k, v in values.items():
         shown = "__HIVE_DEFAULT_PARTITION__" if v is None else urllib.parse.quote(v, safe="")
         parts.append(f"{urllib.parse.quote(k, safe='')}={shown}")
+    if any(len(p) > MAX_PARTITION_DIR_NAME for p in parts) or sum(len(p) + 1 for p in parts) > MAX_PARTITION_DIRS:
+        return ""
     return "/".join(parts)
 
 

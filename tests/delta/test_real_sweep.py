@@ -24,8 +24,17 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltalake import (
+    CommitProperties,
+    Field,
+    PostCommitHookProperties,
+    Schema,
+    TableFeatures,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake import DeltaTable as DL
-from deltalake import Field, Schema, TableFeatures, WriterProperties, write_deltalake
 from deltalake.schema import PrimitiveType
 
 from feedlog.delta import DeltaTable
@@ -515,6 +524,121 @@ def h_ntz_nested(p: str) -> None:
     write_deltalake(p, data, mode="append")
 
 
+def h_txn(p: str) -> None:
+    write_deltalake(p, base(2), commit_properties=CommitProperties(app_transactions=[Transaction(APP, 3)]))
+    write_deltalake(p, base(1, 5), mode="append", commit_properties=CommitProperties(custom_metadata={"who": "me"}))
+    again = CommitProperties(app_transactions=[Transaction(APP, 9)])
+    write_deltalake(p, base(1, 6), mode="append", commit_properties=again)
+
+
+def h_repartition(p: str) -> None:
+    write_deltalake(p, base(3), partition_by=["s"])
+    write_deltalake(p, base(3, 10), mode="overwrite", schema_mode="overwrite", partition_by=["id"])
+    write_deltalake(p, base(2, 20), mode="overwrite", schema_mode="overwrite")
+    write_deltalake(p, base(1, 30), mode="append")
+
+
+def h_commit_hooks(p: str) -> None:
+    conf = {"delta.checkpointInterval": "3", "delta.logRetentionDuration": "interval 0 seconds"}
+    hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=True)
+    write_deltalake(p, base(1), configuration=conf, post_commithook_properties=hooks)
+    for i in range(1, 8):
+        write_deltalake(p, base(1, i), mode="append", post_commithook_properties=hooks)
+
+
+def h_complex_nested(p: str) -> None:
+    inner = pa.struct([("q", pa.float64()), ("r.s", pa.string())])
+    data = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "ms": pa.array([[("a", {"q": 1.0, "r.s": "x"})], [], None], pa.map_(pa.string(), inner)),
+            "ll": pa.array([[[1, 2], [], None], None, [[3]]], pa.list_(pa.list_(pa.int32()))),
+            "ls": pa.array([[{"q": 2.0, "r.s": None}], [None], []], pa.list_(inner)),
+            "mi": pa.array([[(1, [b"x"])], [(2, None)], None], pa.map_(pa.int32(), pa.list_(pa.binary()))),
+        }
+    )
+    write_deltalake(p, data)
+    DL(p).create_checkpoint()
+    write_deltalake(p, data.slice(0, 1), mode="append")
+    DL(p).delete("id = 2")
+
+
+def h_column_mapping_nested(p: str) -> None:
+    st = pa.struct([("in ner", pa.int64()), ("deep", pa.struct([("x.y", pa.string())]))])
+    data = pa.table(
+        {
+            "a b": pa.array([1, 2], pa.int64()),
+            "st": pa.array([{"in ner": 1, "deep": {"x.y": "v"}}, None], st),
+            "part col": ["p", "q"],
+        }
+    )
+    write_deltalake(p, data, configuration={"delta.columnMapping.mode": "name"}, partition_by=["part col"])
+    DL(p).create_checkpoint()
+    write_deltalake(p, data, mode="append")
+    DL(p).update(updates={"st": "NULL"}, predicate='"a b" = 1')
+
+
+def h_decimal_extremes(p: str) -> None:
+    data = pa.table(
+        {
+            "big": pa.array([decimal.Decimal(10**37), decimal.Decimal(0), None], pa.decimal128(38, 0)),
+            "tiny": pa.array([decimal.Decimal("0.00001"), decimal.Decimal("0.99999"), None], pa.decimal128(5, 5)),
+            "v": [1, 2, 3],
+        }
+    )
+    write_deltalake(p, data, partition_by=["big", "tiny"])
+    DL(p).create_checkpoint()
+    write_deltalake(p, data.slice(0, 1), mode="append")
+
+
+def h_update_expressions(p: str) -> None:
+    write_deltalake(p, base(4), partition_by=["s"])
+    DL(p).update(updates={"id": "id + 100", "x": "NULL"}, predicate="id < 2")
+    DL(p).update(updates={"s": "concat(s, '!')"})
+
+
+def h_nanos(p: str) -> None:
+    ts = pa.array([dt.datetime(2021, 1, 1, 0, 0, 0, 1), None], pa.timestamp("ns", tz="UTC"))
+    write_deltalake(p, pa.table({"t": ts, "n": pa.array([dt.datetime(2021, 1, 1)] * 2, pa.timestamp("ns"))}))
+    write_deltalake(p, pa.table({"t": ts, "n": pa.array([None, None], pa.timestamp("ns"))}), mode="append")
+
+
+def h_dv_checkpoint_cleanup(p: str) -> None:
+    conf = {"delta.enableDeletionVectors": "true", "delta.logRetentionDuration": "interval 0 seconds"}
+    write_deltalake(p, base(4), configuration=conf, partition_by=["s"])
+    DL(p).delete("id = 1")
+    DL(p).create_checkpoint()
+    DL(p).cleanup_metadata()
+    write_deltalake(p, base(1, 9), mode="append")
+
+
+def h_v2_checkpoint_cleanup(p: str) -> None:
+    write_deltalake(p, base(3), configuration={"delta.logRetentionDuration": "interval 0 seconds"})
+    DL(p).alter.add_feature(TableFeatures.V2Checkpoint, allow_protocol_versions_increase=True)
+    write_deltalake(p, base(1, 10), mode="append")
+    DL(p).create_checkpoint()
+    DL(p).cleanup_metadata()
+    write_deltalake(p, base(1, 20), mode="append")
+
+
+def h_overwrite_empty(p: str) -> None:
+    write_deltalake(p, base(3), partition_by=["s"])
+    write_deltalake(p, base(0), mode="overwrite")
+    write_deltalake(p, base(2, 5), mode="append")
+
+
+def h_append_only(p: str) -> None:
+    write_deltalake(p, base(2), configuration={"delta.appendOnly": "true"})
+    write_deltalake(p, base(2, 5), mode="append")
+
+
+def h_many_partitions(p: str) -> None:
+    data = pa.table({"k": pa.array(range(60), pa.int32()), "v": pa.array(range(60), pa.int64())})
+    write_deltalake(p, data, partition_by=["k"])
+    DL(p).delete("k >= 30")
+    DL(p).optimize.compact()
+
+
 def h_invariants(p: str) -> None:
     invariant = json.dumps({"expression": {"expression": "x > 0"}})
     x = Field("x", PrimitiveType("long"), nullable=False, metadata={"delta.invariants": invariant})
@@ -570,6 +694,19 @@ HISTORIES: dict[str, Callable[[str], None]] = {
     "cdf_column_mapping": h_cdf_column_mapping,
     "ntz_nested": h_ntz_nested,
     "invariants": h_invariants,
+    "txn": h_txn,
+    "repartition": h_repartition,
+    "commit_hooks": h_commit_hooks,
+    "complex_nested": h_complex_nested,
+    "column_mapping_nested": h_column_mapping_nested,
+    "decimal_extremes": h_decimal_extremes,
+    "update_expressions": h_update_expressions,
+    "nanos": h_nanos,
+    "dv_checkpoint_cleanup": h_dv_checkpoint_cleanup,
+    "v2_checkpoint_cleanup": h_v2_checkpoint_cleanup,
+    "overwrite_empty": h_overwrite_empty,
+    "append_only": h_append_only,
+    "many_partitions": h_many_partitions,
 }
 
 
@@ -664,16 +801,50 @@ def agree(
         problems.append(f"{at}: rows differ from both:\n  feedlog   {mine}\n  deltalake {dl}\n  duckdb    {duck}")
 
 
+APP = "sweep-app"  # the app id of the histories' txn markers
+
+
+def deltalake_version_at(path: str, ms: int) -> int | None:
+    """The version deltalake's time travel names for `ms` since the epoch, None if it names none."""
+    dl = DL(path)
+    try:
+        dl.load_as_version(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
+    except Exception:  # before the first retained commit
+        return None
+    return dl.version()
+
+
+def history_and_time(path: str, table: DeltaTable, problems: list[str]) -> None:
+    """feedlog's history lists deltalake's versions and operations; version_at of each commit's
+    time, a ms before and a ms after, names the version deltalake's time travel names."""
+    history = table.history()
+    theirs = {int(h["version"]): h.get("operation") for h in DL(path).history()}
+    ours = {h.version: h.operation for h in history}
+    if ours != theirs:
+        problems.append(f"history {ours} != deltalake {theirs}")
+    first = min((h.timestamp for h in history), default=0)
+    for h in history:
+        for ms in (h.timestamp - 1, h.timestamp, h.timestamp + 1):
+            try:
+                at: int | None = table.version_at(ms)
+            except FeedlogError:
+                at = None
+            if at is None and ms < first:
+                continue  # before the first retained commit: deltalake answers its oldest version anyway
+            if at != deltalake_version_at(path, ms):
+                problems.append(f"version_at({ms}) {at} != deltalake {deltalake_version_at(path, ms)}")
+            elif at is not None and table.snapshot(timestamp_ms=ms).version != at:
+                problems.append(f"snapshot(timestamp_ms={ms}) is not version {at}")
+
+
 DISAGREED = ("disagreed_feedlog_as_deltalake", "disagreed_feedlog_as_duckdb")
 
 
 def sweep(path: str, fix: Fix | None = None) -> tuple[list[str], dict[str, int], str | None]:
     """Every version of the table at `path`, then one append: (problems, counts, refusal message)."""
     problems: list[str] = []
-    counts = dict.fromkeys(
-        ("versions", "written", "deltalake_refused", "duckdb_agreed", "duckdb_refused", *DISAGREED),
-        0,
-    )
+    names = ("versions", "written", "append_only_refused", "deltalake_refused", "duckdb_agreed", "duckdb_refused")
+    counts = dict.fromkeys((*names, *DISAGREED), 0)
     latest = DL(path).version()
     table = DeltaTable.open(path)
     for v in range(latest + 1):
@@ -704,22 +875,14 @@ def sweep(path: str, fix: Fix | None = None) -> tuple[list[str], dict[str, int],
         if n is not None and n != ours.num_rows:
             problems.append(f"v{v}: num_records {n} != {ours.num_rows} rows")
     try:
-        history = table.history()
-        theirs_versions = sorted(int(h["version"]) for h in DL(path).history())
-        if sorted(h.version for h in history) != theirs_versions:
-            problems.append(f"history versions {sorted(h.version for h in history)} != deltalake {theirs_versions}")
-        for h in history:
-            when = dt.datetime.fromtimestamp(h.timestamp / 1000, dt.UTC)
-            dl = DL(path)
-            dl.load_as_version(when)
-            if table.version_at(h.timestamp) != dl.version():
-                problems.append(
-                    f"version_at({h.timestamp}) {table.version_at(h.timestamp)} != deltalake {dl.version()}"
-                )
+        history_and_time(path, table, problems)
+        if table.txn_version(APP) != DL(path).transaction_version(APP):
+            problems.append(f"txn_version {table.txn_version(APP)} != deltalake {DL(path).transaction_version(APP)}")
+        table.info()
     except FeedlogError as e:
-        problems.append(f"history/version_at refused: {type(e).__name__}: {e}")
+        problems.append(f"history/version_at/txn/info refused: {type(e).__name__}: {e}")
     except Exception as e:
-        problems.append(f"history/version_at crash {type(e).__name__}: {e}")
+        problems.append(f"history/version_at/txn/info crash {type(e).__name__}: {e}")
     refusal = None
     try:
         batch = matching_batch(table)
@@ -735,33 +898,47 @@ def sweep(path: str, fix: Fix | None = None) -> tuple[list[str], dict[str, int],
     except Exception as e:
         problems.append(f"append crash {type(e).__name__}: {e}")
         return problems, counts, refusal
-    # the appended version, then the same after feedlog's checkpoint of it, then an overwrite
-    writes: list[tuple[str, Callable[[DeltaTable], object]]] = [
-        ("append", lambda t: None),
-        ("checkpoint", lambda t: t.checkpoint()),
-        ("overwrite", lambda t: t.append(batch.slice(0, 1), mode="overwrite")),
+
+    # the appended version; after feedlog's checkpoint of it; an append of the rows as deltalake reads
+    # them (its Arrow types); an overwrite; a checkpoint and a cleanup of every commit before it
+    def cleanup(t: DeltaTable) -> None:
+        t.checkpoint()
+        t.cleanup(retain_ms=0)
+
+    theirs = deltalake_read(path).slice(0, 2)
+    writes: list[tuple[str, int, Callable[[DeltaTable], object]]] = [
+        ("append", 0, lambda t: None),
+        ("checkpoint", 0, lambda t: t.checkpoint()),
+        ("append of deltalake's rows", 1, lambda t: t.append(theirs)),
+        ("overwrite", 1, lambda t: t.append(batch.slice(0, 1), mode="overwrite")),
+        ("cleanup", 0, cleanup),
     ]
     expected = latest + 1
-    for what, write in writes:
+    for what, commits, write in writes:
         try:
             write(DeltaTable.open(path))
         except InvalidArgument as e:
-            if "append-only" in str(e) and what == "overwrite":
+            if "append-only" not in str(e) or what != "overwrite":
+                problems.append(f"{what} failed: {type(e).__name__}: {e}")
                 break
-            problems.append(f"{what} failed: {type(e).__name__}: {e}")
-            break
+            counts["append_only_refused"] += 1
+            continue
         except FeedlogError as e:
             problems.append(f"{what} failed: {type(e).__name__}: {e}")
             break
         except Exception as e:
             problems.append(f"{what} crash {type(e).__name__}: {e}")
             break
-        expected += what == "overwrite"
+        expected += commits
         if DL(path).version() != expected:
             problems.append(f"after feedlog's {what} deltalake sees version {DL(path).version()}, not {expected}")
             break
         counts["written"] += 1
         agree(path, expected, DeltaTable.open(path).to_arrow(expected), problems, counts, what, fix)
+    try:
+        history_and_time(path, DeltaTable.open(path), problems)
+    except Exception as e:
+        problems.append(f"history/version_at after feedlog's writes: {type(e).__name__}: {e}")
     return problems, counts, refusal
 
 
@@ -769,6 +946,7 @@ def sweep(path: str, fix: Fix | None = None) -> tuple[list[str], dict[str, int],
 REFUSED: dict[str, str] = {
     "deletion_vectors": "deletionVectors",  # feedlog writes no DVs (README "Not supported")
     "add_feature_dv": "deletionVectors",
+    "dv_checkpoint_cleanup": "deletionVectors",
     "constraint": "checkConstraints",
     "add_feature_cdf": "changeDataFeed",
     "cdf": "changeDataFeed",
@@ -778,7 +956,15 @@ REFUSED: dict[str, str] = {
 }
 FIXES: dict[str, Fix] = {"partition_binary": protocol_binary("pk")}
 #: tables whose time travel is cut short by VACUUM or log cleanup: versions deltalake cannot read
-SHORTENED = {"vacuum", "checkpoint_cleanup", "column_mapping_cleanup", "many_commits"}
+SHORTENED = {
+    "vacuum",
+    "checkpoint_cleanup",
+    "column_mapping_cleanup",
+    "many_commits",
+    "commit_hooks",
+    "dv_checkpoint_cleanup",
+    "v2_checkpoint_cleanup",
+}
 
 
 @pytest.mark.parametrize("name", sorted(HISTORIES))
@@ -793,4 +979,24 @@ def test_sweep(tmp_path: Path, name: str) -> None:
         assert refusal is not None and "writing refused" in refusal and repr(REFUSED[name]) in refusal
     else:
         assert refusal is None
-        assert counts["written"] == 3 or (counts["written"] == 2 and name == "set_properties")  # append-only
+        append_only = name in ("set_properties", "append_only")
+        assert (counts["written"], counts["append_only_refused"]) == ((4, 1) if append_only else (5, 0))
+
+
+def test_long_partition_values_are_appended(tmp_path: Path) -> None:
+    """A partition value whose quoted directory name passes the file system's 255 bytes (35 CJK
+    characters quote to 315) failed with a retryable Unavailable ('File name too long'; delta-rs
+    fails the same way): the file goes to the table's root, and its partition values, as always,
+    come from the log."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"k": ["short"], "x": pa.array([1], pa.int64())}), partition_by=["k"])
+    long_values = ["数据湖表分区值" * 5, "a" * 300, "/" * 80]
+    DeltaTable.open(path).append(pa.table({"k": long_values, "x": pa.array([2, 3, 4], pa.int64())}))
+    write_deltalake(path, pa.table({"k": ["short"], "x": pa.array([5], pa.int64())}), mode="append")
+    problems: list[str] = []
+    counts = dict.fromkeys(("duckdb_agreed", "duckdb_refused", *DISAGREED), 0)
+    for v in (1, 2):
+        agree(path, v, DeltaTable.open(path).to_arrow(v), problems, counts)
+    assert problems == []
+    assert counts["duckdb_agreed"] == 2
+    assert sorted(DeltaTable.open(path).to_arrow().column("k").to_pylist()) == sorted([*long_values, "short", "short"])
