@@ -36,10 +36,14 @@ Options (delta-spark's names):
 A Python data source cannot tell a stream from a batch read when Spark asks for its schema, so
 the commit columns come with `readChangeFeed`, as they do in delta-spark.
 
-Pruning. Filters Spark pushes down (`seq > 100`, `timestamp >= ...`, `feed = ...`, IN, IS NULL,
-LIKE 'x%') are checked against each file's partition values and its min/max/nullCount stats: a
-file that cannot hold a matching row is not read. Spark still applies the filters to the rows
-read. Pushdown needs `spark.sql.python.filterPushdown.enabled` (`feedlog.lake.register` sets it).
+Data skipping (option dataSkipping=true). Filters Spark pushes down (`seq > 100`, `timestamp >=
+...`, `feed = ...`, IN, IS NULL, LIKE 'x%') are checked against each file's partition values and
+its min/max/nullCount stats: a file that cannot hold a matching row is not read; Spark still
+applies the filters to the rows read. Opt-in because PySpark 4.3.0 keeps the read planned with a
+DataFrame's last pushed filters and reuses it for that DataFrame's later queries that push none
+(see `SkippingDeltaBatchReader`). Pushdown needs `spark.sql.python.filterPushdown.enabled`
+(`feedlog.lake.register` sets it). `minPartitions` (default: the planner's cores) spreads a small
+table's files over at least that many tasks.
 
 Each task reads its files on an executor, straight from the table's storage, with the table's
 schema (partition columns restored, columns a file lacks as nulls).
@@ -185,6 +189,10 @@ class TableRef:
 
     def storage(self) -> Storage:
         return open_storage(self.path, self.storage_options)
+
+    def for_tasks(self) -> TableRef:
+        """What executors get: they read data files, so the store, never the owner or its token."""
+        return TableRef(self.path, storage_options=self.storage_options)
 
 
 # ---- files and tasks ----------------------------------------------------------------------------
@@ -540,15 +548,16 @@ class DeltaBatchReader(DataSourceReader):
             self.all_files = snap.files()
             self.files = [FileTask.of(a) for a in self.all_files]
             schema = snap.schema
-        self.spec = ReadSpec(self.ref, schema, self.change_feed)
+        self.spec = ReadSpec(self.ref.for_tasks(), schema, self.change_feed)
 
     def partitions(self) -> Sequence[InputPartition]:
         return pack(self.files, self.max_bytes, self.min_partitions)
 
     # Pickled with the read function sent to every task (before Spark asks for the partitions, in
     # the same process): the tasks get their files in their partition, not the table's file list.
+    # (and no owner token: tasks read data files, never the log)
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "files": [], "all_files": [], "filters": []}
+        return {**self.__dict__, "ref": self.ref.for_tasks(), "files": [], "all_files": [], "filters": []}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # no files to read (an empty table, or all pruned): Spark still runs one task, with no partition
@@ -704,16 +713,16 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.skip_change_commits = _flag(o, "skipChangeCommits")
         latest = self.ref.open().snapshot()
         check_plain(latest)
-        self.spec = ReadSpec(self.ref, latest.schema, self.change_feed)
+        self.spec = ReadSpec(self.ref.for_tasks(), latest.schema, self.change_feed)
         self.spec.output_schema  # noqa: B018 (a clashing column name is an error now, not in a task)
         #: trigger availableNow: the latest version when the query started, never read past
         self.target: int | None = None
         self._state: tuple[DeltaTable, Changes] | None = None
         self._snapshots: dict[int, list[FileTask]] = {}
 
-    # pickled to the tasks: the reader's plain data, not its open table
+    # pickled to the tasks: the reader's plain data, not its open table, the owner or its token
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_state": None, "_snapshots": {}}
+        return {**self.__dict__, "options": {}, "ref": self.ref.for_tasks(), "_state": None, "_snapshots": {}}
 
     def _open(self) -> tuple[DeltaTable, Changes, Snapshot]:
         if self._state is None:

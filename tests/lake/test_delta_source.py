@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import pickle
 import time
 import urllib.parse
 from pathlib import Path
@@ -414,6 +415,12 @@ def test_managed_table_on_s3_reads_commits_only_its_trusted_owner_holds(
     assert spark_rows(trusted) == as_rows(t.to_arrow())
     assert trusted.count() == 15
     assert read(spark, url, owner=db, ownerToken=token, versionAsOf=4, **store).count() == 12
+    # what tasks are sent (the reader, pickled with its read function) holds no owner token
+    planned = DeltaBatchReader(CaseInsensitiveDict({"path": url, "owner": db, "ownerToken": token, **store}))
+    assert planned.version == 5
+    assert token.encode() not in pickle.dumps(planned)
+    streaming = DeltaStreamReader(CaseInsensitiveDict({"path": url, "owner": db, "ownerToken": token, **store}))
+    assert token.encode() not in pickle.dumps(streaming)
     # a reader that does not trust the owner reads the backfilled log, as any Delta reader does
     assert spark_rows(read(spark, url, **store)) == as_rows(deltalake_read_s3(url, s3_server.options), SCHEMA.names)
     # a stream with the owner picks up commits the owner has not backfilled yet
