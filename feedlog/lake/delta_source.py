@@ -56,7 +56,7 @@ import decimal
 import json
 import os
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,19 @@ def _one_of(options: Mapping[str, str], a: str, b: str) -> None:
 
 
 @dataclass(frozen=True)
+class Access:
+    """How feedlog jobs locate and open a table: the sink's rules (sink.py hands them over, so
+    this module does not import it). Module-level functions: pickled by name."""
+
+    #: a path made absolute, a URL checked (`sink.table_location`)
+    location: Callable[[str], str]
+    #: the `storage.KEY` options (`sink.storage_options_in`)
+    storage_options: Callable[[Mapping[str, str]], dict[str, str] | None]
+    #: open with a token, the owners to trust and the store (`sink.open_table`)
+    open: Callable[[str, str | None, str | None, Mapping[str, str] | None], DeltaTable]
+
+
+@dataclass(frozen=True)
 class TableRef:
     """Where the table is and how to open it; plain data (pickled to executors)."""
 
@@ -172,20 +185,24 @@ class TableRef:
     token: str | None = None
     owner: str | None = None
     storage_options: dict[str, str] | None = None
+    access: Access | None = None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> TableRef:
-        from .sink import storage_options_in, table_location
-
+    def from_options(cls, options: Mapping[str, str], access: Access) -> TableRef:
         path = options.get("path")
         if not path:
             raise InvalidArgument("the feedlog-delta reader needs a table path: .load(PATH) or option path")
-        return cls(table_location(path), options.get("ownerToken"), options.get("owner"), storage_options_in(options))
+        return cls(
+            access.location(path),
+            options.get("ownerToken"),
+            options.get("owner"),
+            access.storage_options(options),
+            access,
+        )
 
     def open(self) -> DeltaTable:
-        from .sink import open_table
-
-        return open_table(self.path, self.token, self.owner, self.storage_options)
+        assert self.access is not None, "a task's table reference opens data files only"
+        return self.access.open(self.path, self.token, self.owner, self.storage_options)
 
     def storage(self) -> Storage:
         return open_storage(self.path, self.storage_options)
@@ -529,8 +546,8 @@ def _parallelism(options: Mapping[str, str]) -> int:
 class DeltaBatchReader(DataSourceReader):
     """A snapshot's files (or, with readChangeFeed, a version range's changes) as tasks."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.ref = TableRef.from_options(options)
+    def __init__(self, options: Mapping[str, str], access: Access) -> None:
+        self.ref = TableRef.from_options(options, access)
         self.max_bytes = _int(options, "maxPartitionBytes", 1) or DEFAULT_PARTITION_BYTES
         self.min_partitions = _parallelism(options)
         self.change_feed = _flag(options, "readChangeFeed")
@@ -699,13 +716,13 @@ def _key(p: Position) -> tuple[int, bool, int]:
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are positions in the table's commits; a micro-batch reads the files in between."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], access: Access) -> None:
         o = self.options = options  # Spark's case-insensitive options (a plain dict of them is not)
         _one_of(o, "startingVersion", "startingTimestamp")
         for name in ("versionAsOf", "timestampAsOf", "endingVersion", "endingTimestamp"):
             if o.get(name) not in (None, ""):
                 raise InvalidArgument(f"option {name} is for batch reads; a stream reads on as the table grows")
-        self.ref = TableRef.from_options(o)
+        self.ref = TableRef.from_options(o, access)
         self.max_files = _int(o, "maxFilesPerTrigger", 1)
         self.max_bytes = _int(o, "maxBytesPerTrigger", 1)
         self.min_partitions = _parallelism(o)
@@ -824,11 +841,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # ---- the data source's reading side (DeltaSink in sink.py delegates here) ----------------------
 
 
-def table_schema(options: Mapping[str, str]) -> StructType:
+def table_schema(options: Mapping[str, str], access: Access) -> StructType:
     """The schema of the version a read would see (versionAsOf/timestampAsOf), plus the change
     feed's columns with readChangeFeed."""
-    ref = TableRef.from_options(options)
-    table = ref.open()
+    table = TableRef.from_options(options, access).open()
     if options.get("versionAsOf") or options.get("timestampAsOf"):
         schema = snapshot_as_of(table, options).schema
     else:
@@ -836,17 +852,20 @@ def table_schema(options: Mapping[str, str]) -> StructType:
     return from_arrow_schema(output_schema(schema, _flag(options, "readChangeFeed")))
 
 
-def batch_reader(options: Mapping[str, str]) -> DeltaBatchReader:
-    return SkippingDeltaBatchReader(options) if _flag(options, "dataSkipping") else DeltaBatchReader(options)
+def batch_reader(options: Mapping[str, str], access: Access) -> DeltaBatchReader:
+    if _flag(options, "dataSkipping"):
+        return SkippingDeltaBatchReader(options, access)
+    return DeltaBatchReader(options, access)
 
 
-def stream_reader(options: Mapping[str, str]) -> DeltaStreamReader:
-    return DeltaStreamReader(options)
+def stream_reader(options: Mapping[str, str], access: Access) -> DeltaStreamReader:
+    return DeltaStreamReader(options, access)
 
 
 __all__ = [
     "COMMIT_TIMESTAMP",
     "COMMIT_VERSION",
+    "Access",
     "DeltaBatchReader",
     "DeltaStreamReader",
     "FileTask",

@@ -464,20 +464,25 @@ class DeltaSink(DataSource):
 
     # reading: spark.read / spark.readStream.format("feedlog-delta"), see delta_source.py
 
+    def _access(self) -> Any:
+        from .delta_source import Access
+
+        return Access(table_location, storage_options_in, open_table)  # this module's rules, by name
+
     def schema(self) -> StructType:
         from .delta_source import table_schema
 
-        return table_schema(self.options)
+        return table_schema(self.options, self._access())
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from .delta_source import batch_reader
 
-        return batch_reader(self.options)
+        return batch_reader(self.options, self._access())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .delta_source import stream_reader
 
-        return stream_reader(self.options)
+        return stream_reader(self.options, self._access())
 
 
 __all__ = ["FORMAT", "DeltaSink", "FeedRange", "FilesWritten", "SinkConfig", "app_id"]

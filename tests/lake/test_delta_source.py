@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import CaseInsensitiveDict, GreaterThan, GreaterThanOrEqual, In, IsNull, LessThan
+from pyspark.sql.types import StructType
 
 from feedlog.cli import main as cli_main
 from feedlog.delta import DeltaTable
@@ -23,10 +24,10 @@ from feedlog.lake.delta_source import (
     DeltaStreamReader,
     FilesPartition,
     SkippingDeltaBatchReader,
-    batch_reader,
     prune,
 )
 from feedlog.lake.ingest import ingest_batch
+from feedlog.lake.sink import DeltaSink
 
 from ..delta.conftest import SCHEMA, T0, deltalake_read, rows
 from .conftest import append, make_feed
@@ -34,6 +35,19 @@ from .conftest import append, make_feed
 pytestmark = pytest.mark.slow
 quiet = lambda _msg: None  # noqa: E731
 FMT = "feedlog-delta"
+
+
+def batch(options: CaseInsensitiveDict) -> DeltaBatchReader:
+    """The batch reader Spark gets from the data source (in Spark's planning worker; here in-process)."""
+    reader = DeltaSink(options).reader(StructType())
+    assert isinstance(reader, DeltaBatchReader)
+    return reader
+
+
+def streaming(options: CaseInsensitiveDict) -> DeltaStreamReader:
+    reader = DeltaSink(options).streamReader(StructType())
+    assert isinstance(reader, DeltaStreamReader)
+    return reader
 
 
 def as_rows(table: Any, columns: list[str] | None = None) -> list[tuple[Any, ...]]:
@@ -116,9 +130,9 @@ def test_every_version_and_timestamp_as_deltalake_and_version_at(
         options = CaseInsensitiveDict({"path": str(path), "timestampAsOf": str(ts)})
         if want is None:  # before the first commit: the reader refuses as the CLI does
             with pytest.raises(NotFound, match="before the earliest"):
-                DeltaBatchReader(options)
+                batch(options)
             continue
-        assert DeltaBatchReader(options).version == want, f"timestampAsOf {ts}"
+        assert batch(options).version == want, f"timestampAsOf {ts}"
         resolved[ts] = want
     assert set(resolved.values()) == set(range(latest + 1))  # the sweep met every version
     # ... and Spark reads those versions' rows: at the boundary, at each side of it, and at the ends
@@ -210,7 +224,7 @@ def test_pruning_by_partition_values_and_stats(tmp_path: Path) -> None:
 
     # through the reader, as Spark drives it
     options = CaseInsensitiveDict({"path": str(tmp_path / "t"), "maxPartitionBytes": "1", "dataSkipping": "true"})
-    reader = batch_reader(options)
+    reader = batch(options)
     assert isinstance(reader, SkippingDeltaBatchReader)
     pushed = [GreaterThan(("seq",), 49)]
     assert list(reader.pushFilters(pushed)) == pushed  # Spark still filters the rows
@@ -229,23 +243,23 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
         return CaseInsensitiveDict({"path": p, **kw})
 
     with pytest.raises(InvalidArgument, match="versionAsOf or timestampAsOf, not both"):
-        DeltaBatchReader(opts(versionAsOf="0", timestampAsOf="0"))
+        batch(opts(versionAsOf="0", timestampAsOf="0"))
     with pytest.raises(InvalidArgument, match="bad timestamp"):
-        DeltaBatchReader(opts(timestampAsOf="yesterday"))
+        batch(opts(timestampAsOf="yesterday"))
     with pytest.raises(InvalidArgument, match="versionAsOf must be an integer"):
-        DeltaBatchReader(opts(versionAsOf="one"))
+        batch(opts(versionAsOf="one"))
     with pytest.raises(InvalidArgument, match="needs option startingVersion"):
-        DeltaBatchReader(opts(readChangeFeed="true"))
+        batch(opts(readChangeFeed="true"))
     with pytest.raises(InvalidArgument, match="for batch reads"):
-        DeltaStreamReader(opts(versionAsOf="0"))
+        streaming(opts(versionAsOf="0"))
     with pytest.raises(InvalidArgument, match="maxFilesPerTrigger must be >= 1"):
-        DeltaStreamReader(opts(maxFilesPerTrigger="0"))
+        streaming(opts(maxFilesPerTrigger="0"))
     with pytest.raises(InvalidArgument, match="startingVersion or startingTimestamp"):
-        DeltaStreamReader(opts(startingVersion="0", startingTimestamp="0"))
+        streaming(opts(startingVersion="0", startingTimestamp="0"))
     with pytest.raises(InvalidArgument, match="needs a table path"):
-        DeltaBatchReader(CaseInsensitiveDict({}))
+        batch(CaseInsensitiveDict({}))
     with pytest.raises(Exception, match="no Delta table"):
-        DeltaBatchReader(CaseInsensitiveDict({"path": str(tmp_path / "none")}))
+        batch(CaseInsensitiveDict({"path": str(tmp_path / "none")}))
     # a table whose files need deletion vectors is refused, not read with its deleted rows
     dv = DeltaTable.create(tmp_path / "dv", SCHEMA, in_commit_timestamps=False)
     dv.append(rows(0, 3))
@@ -255,7 +269,7 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
     )
     (tmp_path / "dv" / "_delta_log" / f"{2:020d}.json").write_text('{"commitInfo":{"timestamp":1}}\n' + protocol)
     with pytest.raises(Unsupported, match="deletionVectors"):
-        DeltaBatchReader(CaseInsensitiveDict({"path": str(tmp_path / "dv")}))
+        batch(CaseInsensitiveDict({"path": str(tmp_path / "dv")}))
 
 
 class Batches:
@@ -416,11 +430,11 @@ def test_managed_table_on_s3_reads_commits_only_its_trusted_owner_holds(
     assert trusted.count() == 15
     assert read(spark, url, owner=db, ownerToken=token, versionAsOf=4, **store).count() == 12
     # what tasks are sent (the reader, pickled with its read function) holds no owner token
-    planned = DeltaBatchReader(CaseInsensitiveDict({"path": url, "owner": db, "ownerToken": token, **store}))
+    planned = batch(CaseInsensitiveDict({"path": url, "owner": db, "ownerToken": token, **store}))
     assert planned.version == 5
     assert token.encode() not in pickle.dumps(planned)
-    streaming = DeltaStreamReader(CaseInsensitiveDict({"path": url, "owner": db, "ownerToken": token, **store}))
-    assert token.encode() not in pickle.dumps(streaming)
+    stream_reader = streaming(CaseInsensitiveDict({"path": url, "owner": db, "ownerToken": token, **store}))
+    assert token.encode() not in pickle.dumps(stream_reader)
     # a reader that does not trust the owner reads the backfilled log, as any Delta reader does
     assert spark_rows(read(spark, url, **store)) == as_rows(deltalake_read_s3(url, s3_server.options), SCHEMA.names)
     # a stream with the owner picks up commits the owner has not backfilled yet
