@@ -659,9 +659,10 @@ class Changes:
             return self._cache[version]
         listing = self.timeline.listing
         if version not in listing.commits:
+            earliest = min(listing.commits, default=listing.earliest)
             raise NotFound(
                 f"commit {version} of {self.table.storage.location} is no longer in the log "
-                f"(earliest retained: {min(listing.commits)}): start the query afresh from a later version"
+                f"(earliest retained: {earliest}): start the query afresh from a later version"
             )
         actions = read_commit(self.table.storage, listing, version)
         info = next((a for a in actions if isinstance(a, CommitInfo)), None)
@@ -762,7 +763,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return Position(latest.version + 1).to_json()
             start = _int(o, "startingVersion", 0)
             assert start is not None
-            earliest = min(_listing(table).commits)
+            listed = _listing(table)
+            earliest = min(listed.commits, default=listed.earliest)  # a checkpoint-only log has no commit files
             if start < earliest:
                 raise InvalidArgument(
                     f"startingVersion {start} is no longer in the log of {self.ref.path} (earliest: {earliest})"
