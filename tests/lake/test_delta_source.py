@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import CaseInsensitiveDict, GreaterThan, GreaterThanOrEqual, In, IsNull, LessThan
+from pyspark.sql.datasource import CaseInsensitiveDict, Filter, GreaterThan, GreaterThanOrEqual, In, IsNull, LessThan
 from pyspark.sql.types import StructType
 
 from feedlog.cli import main as cli_main
@@ -226,7 +226,7 @@ def test_pruning_by_partition_values_and_stats(tmp_path: Path) -> None:
     options = CaseInsensitiveDict({"path": str(tmp_path / "t"), "maxPartitionBytes": "1", "dataSkipping": "true"})
     reader = batch(options)
     assert isinstance(reader, SkippingDeltaBatchReader)
-    pushed = [GreaterThan(("seq",), 49)]
+    pushed: list[Filter] = [GreaterThan(("seq",), 49)]
     assert list(reader.pushFilters(pushed)) == pushed  # Spark still filters the rows
     parts = reader.partitions()
     assert len(parts) == 1 and isinstance(parts[0], FilesPartition)
