@@ -55,7 +55,6 @@ import datetime as dt
 import decimal
 import json
 import os
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +90,8 @@ from ..delta import DeltaTable, Snapshot
 from ..delta.actions import Add, CommitInfo, Metadata, Protocol, Remove
 from ..delta.log import Listing, read_commit
 from ..delta.objectstore import open_storage
-from ..delta.parquet import read_parquet
 from ..delta.replay import ict_enablement
+from ..delta.scan import ScanContext, check_type_changes, column_mapping_mode, partition_scalar, read_file
 from ..delta.schema import from_schema_string
 from ..delta.storage import Storage
 from ..delta.timeline import Timeline
@@ -226,11 +225,35 @@ class FileTask:
     version: int = -1
     timestamp_us: int = 0
     change: str = INSERT
+    #: the file's deletion vector descriptor (JSON), if it has one
+    deletion_vector: str | None = None
 
     @classmethod
     def of(cls, action: Add | Remove, version: int = -1, timestamp_ms: int = 0, change: str = INSERT) -> FileTask:
         pv = action.partition_values or {}
-        return cls(action.path, tuple(sorted(pv.items())), action.size or 0, version, timestamp_ms * 1000, change)
+        dv = action.extra.get("deletionVector")
+        return cls(
+            action.path,
+            tuple(sorted(pv.items())),
+            action.size or 0,
+            version,
+            timestamp_ms * 1000,
+            change,
+            json.dumps(dv, sort_keys=True) if dv else None,
+        )
+
+    def as_add(self) -> Add:
+        """The file as the scan reads it (path, partition values, deletion vector)."""
+        body: dict[str, Any] = {
+            "path": self.path,
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+            "modificationTime": 0,
+            "dataChange": True,
+        }
+        if self.deletion_vector:
+            body["deletionVector"] = json.loads(self.deletion_vector)
+        return Add.from_json(body)
 
 
 @dataclass(frozen=True)
@@ -259,36 +282,6 @@ def pack(files: Sequence[FileTask], max_bytes: int, min_partitions: int) -> list
     return out
 
 
-def partition_value(raw: str | None, t: pa.DataType) -> Any:
-    """A partition value as written in the log (PROTOCOL.md "Partition Value Serialization") as a
-    Python value of the column's type; "" and null are null."""
-    if raw is None or raw == "":
-        return None
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return raw
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return raw.encode("latin-1")
-    if pa.types.is_boolean(t):
-        if raw.lower() not in ("true", "false"):
-            raise InvalidArgument(f"partition value {raw!r} is not a boolean")
-        return raw.lower() == "true"
-    if pa.types.is_integer(t):
-        return int(raw)
-    if pa.types.is_floating(t):
-        return float(raw)
-    if pa.types.is_decimal(t):
-        return decimal.Decimal(raw)
-    if pa.types.is_date(t):
-        return dt.date.fromisoformat(raw)
-    if pa.types.is_timestamp(t):
-        # `2021-09-08 11:11:11` (Spark: UTC, no zone), `2021-09-08T11:11:11.000000Z` (feedlog, delta-rs)
-        when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        if t.tz is None:
-            return when.replace(tzinfo=None) if when.tzinfo is None else when.astimezone(dt.UTC).replace(tzinfo=None)
-        return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
-    return pa.scalar(raw).cast(t).as_py()
-
-
 @dataclass(frozen=True)
 class ReadSpec:
     """What a task needs to turn files into rows: plain data (pickled to executors)."""
@@ -296,28 +289,29 @@ class ReadSpec:
     table: TableRef
     schema: pa.Schema
     change_feed: bool = False
+    #: the table's partition columns and column mapping mode (how its files name their columns)
+    partition_columns: tuple[str, ...] = ()
+    mapping: str = "none"
+
+    @classmethod
+    def of(cls, table: TableRef, snapshot: Snapshot, change_feed: bool) -> ReadSpec:
+        check_type_changes(snapshot.schema)  # an undefined widening is refused now, not in a task
+        mode = column_mapping_mode(snapshot.protocol, snapshot.metadata)
+        return cls(table, snapshot.schema, change_feed, snapshot.partition_columns, mode)
 
     @property
     def output_schema(self) -> pa.Schema:
         return output_schema(self.schema, self.change_feed)
 
     def read(self, files: Iterable[FileTask]) -> Iterator[pa.RecordBatch]:
-        storage = self.table.storage()
+        """Each file's rows as the library reads them (feedlog/delta/scan.py): partition values,
+        column mapping, type widening and deletion vectors applied."""
+        ctx = ScanContext(self.table.storage(), self.schema, self.partition_columns, self.mapping)
         out = self.output_schema
         for f in files:
-            data = read_parquet(storage.read(urllib.parse.unquote(f.path)))
-            pv = dict(f.partition_values)
+            data = read_file(ctx, f.as_add())
             n = data.num_rows
-            by_lower = {c.lower(): c for c in data.column_names}
-            cols: list[pa.Array | pa.ChunkedArray] = []
-            for fd in self.schema:
-                if fd.name in pv:
-                    cols.append(pa.repeat(pa.scalar(partition_value(pv[fd.name], fd.type), fd.type), n))
-                elif fd.name.lower() in by_lower:
-                    c = data.column(by_lower[fd.name.lower()])
-                    cols.append(c if c.type == fd.type else c.cast(fd.type))
-                else:
-                    cols.append(pa.nulls(n, fd.type))
+            cols: list[pa.Array | pa.ChunkedArray] = list(data.columns)
             if self.change_feed:
                 cols.append(pa.repeat(pa.scalar(f.change, pa.string()), n))
                 cols.append(pa.repeat(pa.scalar(f.version, pa.int64()), n))
@@ -424,7 +418,7 @@ def may_match(f: Filter, add: Add | FileTask, stats: Mapping[str, Any] | None, s
     pvs = dict(add.partition_values) if isinstance(add, FileTask) else add.partition_values
     try:
         if len(attr) == 1 and attr[0] in pvs:  # a partition column: its one value decides exactly
-            v = partition_value(pvs[attr[0]], t)
+            v = partition_scalar(pvs[attr[0]], t, attr[0])
             v = _literal(v, t)
             return _partition_ok(f, v, t)
         if stats is None:
@@ -514,21 +508,19 @@ def _timeline(table: DeltaTable, snapshot: Snapshot) -> Timeline:
     )
 
 
-#: reader features whose data this module reads as plain Parquet
-PLAIN_READER_FEATURES = frozenset({"timestampNtz", "vacuumProtocolCheck"})
+def check_plain_protocol(p: Protocol, change_feed: bool = False) -> None:
+    """Unsupported where this reader cannot give exact answers: a change feed (rows as inserted and
+    deleted) over deletion vectors, whose commits replace a file's DV rather than its rows. Every
+    other table the library reads is read (scan.py applies DVs, column mapping, widening)."""
+    if change_feed and "deletionVectors" in (p.reader_features or ()):
+        raise Unsupported(
+            "reading refused: readChangeFeed over a table with the deletionVectors feature is not implemented "
+            "(read it without readChangeFeed)"
+        )
 
 
-def check_plain_protocol(p: Protocol) -> None:
-    """Unsupported unless every file of the table reads as plain Parquet plus partition values: this
-    reader applies no deletion vectors and maps no column names."""
-    extra = set(p.reader_features or ()) - PLAIN_READER_FEATURES if p.min_reader_version >= 3 else set()
-    if p.min_reader_version == 2 or extra:
-        what = sorted(extra) or ["columnMapping"]
-        raise Unsupported(f"the feedlog-delta Spark reader does not read tables with reader feature(s) {what}")
-
-
-def check_plain(snapshot: Snapshot) -> None:
-    check_plain_protocol(snapshot.protocol)
+def check_plain(snapshot: Snapshot, change_feed: bool = False) -> None:
+    check_plain_protocol(snapshot.protocol, change_feed)
 
 
 def first_version_at_or_after(table: DeltaTable, timestamp_ms: int) -> int:
@@ -557,15 +549,15 @@ class DeltaBatchReader(DataSourceReader):
         self.version: int | None = None
         table = self.ref.open()
         if self.change_feed:
-            self.files, schema = change_range(table, options)
+            self.files, _schema = change_range(table, options)  # the latest schema, as `snap`'s
+            snap = table.snapshot()
         else:
             snap = snapshot_as_of(table, options)
             check_plain(snap)
             self.version = snap.version
             self.all_files = snap.files()
             self.files = [FileTask.of(a) for a in self.all_files]
-            schema = snap.schema
-        self.spec = ReadSpec(self.ref.for_tasks(), schema, self.change_feed)
+        self.spec = ReadSpec.of(self.ref.for_tasks(), snap, self.change_feed)
 
     def partitions(self) -> Sequence[InputPartition]:
         return pack(self.files, self.max_bytes, self.min_partitions)
@@ -613,7 +605,7 @@ def change_range(table: DeltaTable, options: Mapping[str, str]) -> tuple[list[Fi
     _one_of(options, "startingVersion", "startingTimestamp")
     _one_of(options, "endingVersion", "endingTimestamp")
     latest = table.snapshot()
-    check_plain(latest)
+    check_plain(latest, change_feed=True)
     start = _int(options, "startingVersion", 0)
     if options.get("startingTimestamp"):
         start = first_version_at_or_after(table, parse_timestamp(options["startingTimestamp"], "startingTimestamp"))
@@ -669,7 +661,7 @@ class Changes:
         ts = self.commit_time(version, info)
         for a in actions:
             if isinstance(a, Protocol):
-                check_plain_protocol(a)
+                check_plain_protocol(a, self.change_feed)
             if isinstance(a, Metadata) and from_schema_string(a.schema_string) != self.schema:
                 raise Unsupported(
                     f"the table's schema changed at version {version}: a stream reads one schema; "
@@ -730,8 +722,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.change_feed = _flag(o, "readChangeFeed")
         self.skip_change_commits = _flag(o, "skipChangeCommits")
         latest = self.ref.open().snapshot()
-        check_plain(latest)
-        self.spec = ReadSpec(self.ref.for_tasks(), latest.schema, self.change_feed)
+        check_plain(latest, self.change_feed)
+        self.spec = ReadSpec.of(self.ref.for_tasks(), latest, self.change_feed)
         self.spec.output_schema  # noqa: B018 (a clashing column name is an error now, not in a task)
         #: trigger availableNow: the latest version when the query started, never read past
         self.target: int | None = None

@@ -260,7 +260,7 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
         batch(CaseInsensitiveDict({}))
     with pytest.raises(Exception, match="no Delta table"):
         batch(CaseInsensitiveDict({"path": str(tmp_path / "none")}))
-    # a table whose files need deletion vectors is refused, not read with its deleted rows
+    # a change feed over deletion vectors (whose commits swap a file's DV) is refused, not approximated
     dv = DeltaTable.create(tmp_path / "dv", SCHEMA, in_commit_timestamps=False)
     dv.append(rows(0, 3))
     protocol = (
@@ -268,8 +268,45 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
         '"writerFeatures":["deletionVectors"]}}\n'
     )
     (tmp_path / "dv" / "_delta_log" / f"{2:020d}.json").write_text('{"commitInfo":{"timestamp":1}}\n' + protocol)
+    batch(CaseInsensitiveDict({"path": str(tmp_path / "dv")}))  # a plain read is fine
     with pytest.raises(Unsupported, match="deletionVectors"):
-        batch(CaseInsensitiveDict({"path": str(tmp_path / "dv")}))
+        batch(CaseInsensitiveDict({"path": str(tmp_path / "dv"), "readChangeFeed": "true", "startingVersion": "0"}))
+
+
+def test_deletion_vectors_and_column_mapping_are_applied_as_the_library_reads(spark: Any, tmp_path: Path) -> None:
+    """Tables no one here wrote: deletion vectors (inline and on disk) and a column-mapped partitioned
+    table read through Spark give every version's rows as feedlog's library and deltalake read them."""
+    from ..delta.test_real_data_dv import (
+        DV_PROTOCOL,
+        FIELDS,
+        add,
+        inline,
+        metadata,
+        on_disk,
+        parquet_file,
+        remove,
+        with_dv,
+        write_commit,
+    )
+    from ..delta.test_real_data_dv import rows as dv_rows
+
+    root = tmp_path / "dv"
+    a = add("a.parquet", parquet_file(root, "a.parquet", dv_rows(0, 10)), 10)
+    b = add("b.parquet", parquet_file(root, "b.parquet", dv_rows(100, 5)), 5)
+    write_commit(root, 0, [DV_PROTOCOL, metadata(FIELDS, None, **{"delta.enableDeletionVectors": "true"}), a, b])
+    dv1 = inline([0, 9])
+    write_commit(root, 1, [with_dv(a, dv1), remove(a)])
+    (dv2,) = on_disk(root, [[0, 3, 9]])
+    write_commit(root, 2, [remove(a, dv1), with_dv(a, dv2)])
+    t = DeltaTable.open(root)
+    for v in range(3):
+        got = spark.read.format("feedlog-delta").option("versionAsOf", str(v)).load(str(root))
+        xs = sorted(r["x"] for r in got.collect())
+        assert xs == sorted(t.to_arrow(v).column("x").to_pylist()), v
+        assert xs == sorted(deltalake_read(root, v).column("x").to_pylist()), v
+    assert sorted(r["x"] for r in spark.read.format("feedlog-delta").load(str(root)).collect()) == [
+        1, 2, 4, 5, 6, 7, 8, 100, 101, 102, 103, 104
+    ]  # fmt: skip
 
 
 class Batches:
