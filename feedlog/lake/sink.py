@@ -295,7 +295,7 @@ class SinkConfig:
             token=table.owner_token,
             schema=snap.schema,
             partition_columns=snap.partition_columns,
-            write_options=WriteOptions.from_properties(snap.metadata.configuration),
+            write_options=snap.write_options(),
             overwrite=overwrite,
             app_id=app,
             app_version=version,
