@@ -276,19 +276,9 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
 def test_deletion_vectors_and_column_mapping_are_applied_as_the_library_reads(spark: Any, tmp_path: Path) -> None:
     """Tables no one here wrote: deletion vectors (inline and on disk) and a column-mapped partitioned
     table read through Spark give every version's rows as feedlog's library and deltalake read them."""
-    from ..delta.test_real_data_dv import (
-        DV_PROTOCOL,
-        FIELDS,
-        add,
-        inline,
-        metadata,
-        on_disk,
-        parquet_file,
-        remove,
-        with_dv,
-        write_commit,
-    )
+    from ..delta.test_real_data_dv import DV_PROTOCOL, FIELDS, inline, on_disk, remove, with_dv
     from ..delta.test_real_data_dv import rows as dv_rows
+    from ..delta.test_real_data_scan import add, metadata, parquet_file, write_commit
 
     root = tmp_path / "dv"
     a = add("a.parquet", parquet_file(root, "a.parquet", dv_rows(0, 10)), 10)
