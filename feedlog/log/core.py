@@ -19,6 +19,7 @@ import mmap
 import os
 import secrets
 import shutil
+import sys
 import threading
 from array import array
 from bisect import bisect_right
@@ -73,7 +74,6 @@ SEGMENT_FRAMING = 192
 _EMPTY_HASH = merkle.roots_hash([])
 _ENTRY_SIZE = storage.INDEX_ENTRY.size
 _NODE_SIZE = storage.NODE.size
-_unpack_entry = storage.INDEX_ENTRY.unpack_from
 
 
 def segment_cost(block: bytes | None, *, first: bool) -> int:
@@ -217,9 +217,11 @@ class Core:
         # record boundaries (end length, log offset), for serving whole signed batches; built on first use
         self._rec_ends: array[int] | None = None
         self._rec_offs: array[int] = array("q")
-        # read-only maps of the index and tree files for `get` (remapped as the files grow; see `_maps`)
-        self._index_map: mmap.mmap | bytes = b""
+        # read-only maps of the index, tree and log files for `get` (see `_remap`)
+        self._index_words = memoryview(b"").cast("Q")
         self._tree_map: mmap.mmap | bytes = b""
+        self._log_map: mmap.mmap | bytes = b""
+        self._mapped_at = -1  # the log's end when the maps were made
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -337,7 +339,8 @@ class Core:
             self._close_fds()
 
     def _close_fds(self) -> None:
-        self._index_map = self._tree_map = b""  # dropped, not closed (see `_maps`)
+        # dropped, not closed (see `_remap`)
+        self._index_words, self._tree_map, self._log_map = memoryview(b"").cast("Q"), b"", b""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
@@ -706,41 +709,64 @@ class Core:
         if not 0 <= seq < self.length:
             raise NotFound(f"seq {seq} is outside the feed (length {self.length})")
 
-    def _maps(self, seq: int) -> tuple[mmap.mmap | bytes, mmap.mmap | bytes]:
-        """Maps of the index and tree files covering `seq`'s entry and leaf node.
+    def _remap(self) -> None:
+        """Map the index (as u64 words), tree and log files whole, at their current sizes.
 
-        Mapped whole at their current size, and again once they have grown past
-        `seq`. An old map is dropped, never closed: a concurrent `get` may still
-        read it. The files only shrink when a writer opens the feed (to the log's
-        valid end, which no reader reads past), so a map never outlives its bytes.
+        An old map is dropped, never closed: a concurrent `get` may still read it.
+        The files only shrink when a writer opens the feed (to the log's valid end,
+        which no reader reads past), so a map never outlives its bytes. Without a
+        map (an empty file, a big-endian host, no address space) `get` preads.
         """
-        im, tm = self._index_map, self._tree_map
-        if (seq + 1) * _ENTRY_SIZE > len(im) or (2 * seq + 1) * _NODE_SIZE > len(tm):
-            with self.lock:
-                for fd, attr in ((self._index, "_index_map"), (self._tree, "_tree_map")):
-                    if os.fstat(fd).st_size:
-                        setattr(self, attr, mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-            im, tm = self._index_map, self._tree_map
-        return im, tm
+        with self.lock:
+            maps: list[Any] = []
+            for fd in (self._index, self._tree, self._log):
+                try:
+                    maps.append(mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if os.fstat(fd).st_size else b"")
+                except (OSError, ValueError, OverflowError):
+                    maps.append(b"")
+            im, self._tree_map, self._log_map = maps
+            if sys.byteorder == "little" and len(im) >= _ENTRY_SIZE:
+                self._index_words = memoryview(im)[: len(im) // _ENTRY_SIZE * _ENTRY_SIZE].cast("Q")
+            else:
+                self._index_words = memoryview(b"").cast("Q")
+            self._mapped_at = self._log_end
 
     def get(self, seq: int) -> bytes | None:
         """Block `seq`, checked against its leaf hash; None if compaction cleared it.
 
-        One pread of the log; the index entry and the leaf hash come from maps.
+        Read from maps of the index, tree and log files: no system call, where a
+        pread alone costs about what the rest of a small block's get does. A block
+        past the maps is preread; the maps are renewed once the log has grown by
+        an eighth since they were made (so a writer reading what it just wrote
+        does not remap per append).
         """
         if not 0 <= seq < self._state.length:
             raise NotFound(f"seq {seq} is outside the feed (length {self._state.length})")
-        im, tm = self._index_map, self._tree_map
-        if (seq + 1) * _ENTRY_SIZE > len(im) or (2 * seq + 1) * _NODE_SIZE > len(tm):
-            im, tm = self._maps(seq)
-            if (seq + 1) * _ENTRY_SIZE > len(im) or (2 * seq + 1) * _NODE_SIZE > len(tm):
-                raise Corruption(f"{self.path}: the index entry or tree node of block {seq} is missing")
-        off, n, flags = _unpack_entry(im, seq * _ENTRY_SIZE)
+        ix, tm, lm = self._index_words, self._tree_map, self._log_map
+        h = seq * (2 * _NODE_SIZE)
+        if 2 * seq + 1 >= len(ix) or h + _NODE_SIZE > len(tm):
+            if (self._log_end - self._mapped_at) * 8 < self._mapped_at:
+                return self._get_unmapped(seq)
+            self._remap()
+            ix, tm, lm = self._index_words, self._tree_map, self._log_map
+            if 2 * seq + 1 >= len(ix) or h + _NODE_SIZE > len(tm):
+                return self._get_unmapped(seq)
+        word = ix[2 * seq + 1]  # u32 length, then u32 flags
+        if word >> 32 & storage.CLEARED:
+            return None
+        n = word & 0xFFFFFFFF
+        off = ix[2 * seq]
+        block = lm[off : off + n] if off + n <= len(lm) else os.pread(self._log, n, off)
+        if len(block) != n or leaf_hash(block) != tm[h : h + 32]:
+            raise Corruption(f"{self.path}: block {seq} fails its hash check")
+        return block
+
+    def _get_unmapped(self, seq: int) -> bytes | None:
+        off, n, flags = self._entry(seq)
         if flags & storage.CLEARED:
             return None
         block = os.pread(self._log, n, off)
-        h = seq * (2 * _NODE_SIZE)
-        if len(block) != n or leaf_hash(block) != tm[h : h + 32]:
+        if len(block) != n or leaf_hash(block) != self.node(2 * seq).hash:
             raise Corruption(f"{self.path}: block {seq} fails its hash check")
         return block
 

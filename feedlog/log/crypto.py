@@ -53,6 +53,7 @@ _blake2b = hashlib.blake2b
 
 #: the leaf prefix of every small block size, prebuilt: a small block is hashed in one call
 _SMALL = 1024
+_HASHER = _blake2b(digest_size=HASH_SIZE)
 _LEAF_PREFIXES = [_LEAF_PREFIX.pack(LEAF_TYPE, n) for n in range(_SMALL)]
 
 
@@ -60,7 +61,9 @@ def leaf_hash(block: bytes) -> bytes:
     """H(0x00 || u64le(len(block)) || block)."""
     n = len(block)
     if n < _SMALL:
-        return _blake2b(_LEAF_PREFIXES[n] + block, digest_size=HASH_SIZE).digest()
+        h = _HASHER.copy()  # cheaper than a constructor call with its keyword argument
+        h.update(_LEAF_PREFIXES[n] + block)
+        return h.digest()
     h = _blake2b(_LEAF_PREFIX.pack(LEAF_TYPE, n), digest_size=HASH_SIZE)
     h.update(block)
     return h.digest()

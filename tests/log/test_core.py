@@ -204,5 +204,21 @@ def test_a_reader_maps_the_grown_index_and_tree_and_refuses_a_lost_entry(tmp_pat
     os.truncate(p / storage.INDEX, 16 * 100)  # entries 100.. lost, the checkpoint says they are durable
     with Core.open(p, writable=False) as r:
         assert r.get(99) == blocks(100)[99]
-        with pytest.raises(Corruption, match="block 100"):
+        with pytest.raises(Corruption, match="index entries 100"):
             r.get(100)
+
+
+def test_a_tampered_block_fails_its_hash_check_through_the_maps_and_after_growth(tmp_path: Path) -> None:
+    p = make(tmp_path)
+    with Core.open(p) as c:
+        assert c.get(4) == blocks(10)[4]  # maps made
+        off, _n, _ = c._entry(4)
+        with open(p / storage.LOG, "r+b") as f:
+            f.seek(off)
+            f.write(bytes([blocks(10)[4][0] ^ 1]))
+        with pytest.raises(Corruption, match="block 4 fails its hash check"):
+            c.get(4)
+        c.append([b"new"])  # past the maps: read with a pread, checked the same way
+        assert c.get(10) == b"new"
+        with pytest.raises(Corruption, match="block 4 fails its hash check"):
+            c._get_unmapped(4)
