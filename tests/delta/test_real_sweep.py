@@ -670,6 +670,50 @@ def h_constraint_listed_and_used(p: str) -> None:
     write_deltalake(p, base(1, 5), mode="append")
 
 
+def h_replace_table(p: str) -> None:
+    write_deltalake(p, base(3), partition_by=["s"])
+    write_deltalake(p, base(1, 5), mode="append")
+    DL.create(p, Schema([Field("other", PrimitiveType("string"))]), mode="overwrite")
+    write_deltalake(p, pa.table({"other": ["o"]}), mode="append")
+
+
+def h_restore_by_time(p: str) -> None:
+    write_deltalake(p, base(2))
+    first = (Path(p) / "_delta_log" / f"{0:020d}.json").stat().st_mtime_ns
+    when = dt.datetime.fromtimestamp(first / 1e9, dt.UTC)
+    write_deltalake(p, base(2, 10), mode="overwrite")
+    DL(p).restore(when)
+    write_deltalake(p, base(1, 20), mode="append")
+
+
+def h_alter_metadata(p: str) -> None:
+    schema = Schema([Field("id", PrimitiveType("long"), nullable=False), Field("s", PrimitiveType("string"))])
+    DL.create(p, schema)
+    write_deltalake(p, base(2).select(["id", "s"]), mode="append")
+    DL(p).alter.set_table_name("renamed")
+    DL(p).alter.set_table_description("described")
+    DL(p).alter.set_column_metadata("s", {"comment": "a comment"})
+    DL(p).alter.drop_column_not_null("id")
+    write_deltalake(p, pa.table({"id": pa.array([None], pa.int64()), "s": ["null id"]}), mode="append")
+
+
+def h_mapped_timestamp_partition(p: str) -> None:
+    ts = pa.array([dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC), None], pa.timestamp("us", tz="UTC"))
+    data = pa.table({"t": ts, "d": pa.array([dt.date(2024, 3, 1), None]), "v": [1, 2]})
+    write_deltalake(p, data, configuration={"delta.columnMapping.mode": "id"}, partition_by=["t", "d"])
+    write_deltalake(p, data.slice(0, 1), mode="append")
+    DL(p).create_checkpoint()
+
+
+def h_null_partitions(p: str) -> None:
+    data = pa.table(
+        {"n": pa.array([None, None], pa.int64()), "t": pa.array([None, None], pa.timestamp("us")), "v": [1, 2]}
+    )
+    write_deltalake(p, data, partition_by=["n", "t"])
+    DL(p).create_checkpoint()
+    DL(p).delete("v = 1")
+
+
 def h_invariants(p: str) -> None:
     invariant = json.dumps({"expression": {"expression": "x > 0"}})
     x = Field("x", PrimitiveType("long"), nullable=False, metadata={"delta.invariants": invariant})
@@ -739,6 +783,11 @@ HISTORIES: dict[str, Callable[[str], None]] = {
     "append_only": h_append_only,
     "many_partitions": h_many_partitions,
     "constraint_dropped": h_constraint_dropped,
+    "null_partitions": h_null_partitions,
+    "replace_table": h_replace_table,
+    "restore_by_time": h_restore_by_time,
+    "alter_metadata": h_alter_metadata,
+    "mapped_timestamp_partition": h_mapped_timestamp_partition,
     "constraint_listed_and_used": h_constraint_listed_and_used,
     **{f"listed_{name}": _listed(getattr(TableFeatures, name)) for name in LISTED},
 }
@@ -865,7 +914,7 @@ def monotonised_version_at(path: str, ms: int) -> int | None:
     return found
 
 
-def history_and_time(path: str, table: DeltaTable, problems: list[str]) -> None:
+def history_and_time(path: str, table: DeltaTable, problems: list[str], since: int = 0) -> None:
     """feedlog's history lists deltalake's versions and operations; version_at of each commit's
     time, a ms before and a ms after, names the version deltalake's time travel names."""
     history = table.history()
@@ -874,7 +923,7 @@ def history_and_time(path: str, table: DeltaTable, problems: list[str]) -> None:
     if ours != theirs:
         problems.append(f"history {ours} != deltalake {theirs}")
     first = min((h.timestamp for h in history), default=0)
-    for h in history:
+    for h in (h for h in history if h.version >= since):
         for ms in (h.timestamp - 1, h.timestamp, h.timestamp + 1):
             try:
                 at: int | None = table.version_at(ms)
@@ -1055,7 +1104,7 @@ def sweep(path: str, fix: Fix | None = None) -> tuple[list[str], dict[str, int],
         if what == "append" and fix is None:
             filtered_counts(path, expected, batch, duck, problems)
     try:
-        history_and_time(path, DeltaTable.open(path), problems)
+        history_and_time(path, DeltaTable.open(path), problems, since=latest + 1)
     except Exception as e:
         problems.append(f"history/version_at after feedlog's writes: {type(e).__name__}: {e}")
     return problems, counts, refusal
