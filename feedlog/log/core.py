@@ -26,7 +26,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import failpoints
 from ..errors import (
@@ -133,12 +133,14 @@ def _remove_abandoned_builds(path: Path) -> None:
 def check_batch(start: int, blocks: Sequence[bytes | None]) -> None:
     """Refuse a batch no reader could take back (issue 13 item 6): a block over `MAX_BLOCK_BYTES`,
     or a batch heavier than `MAX_BATCH_BYTES`."""
-    weight = 0
-    for n, block in enumerate(blocks):
-        size = len(block) if block is not None else 0
-        if size > MAX_BLOCK_BYTES:
-            raise InvalidArgument(f"block {start + n} is {size} bytes; the limit is {MAX_BLOCK_BYTES}")
-        weight += size + BLOCK_COST
+    sizes = [0 if b is None else len(b) for b in blocks] if None in blocks else list(map(len, cast(Sequence[bytes], blocks)))
+    if not sizes:
+        return
+    biggest = max(sizes)
+    if biggest > MAX_BLOCK_BYTES:
+        n, size = next((n, size) for n, size in enumerate(sizes) if size > MAX_BLOCK_BYTES)
+        raise InvalidArgument(f"block {start + n} is {size} bytes; the limit is {MAX_BLOCK_BYTES}")
+    weight = sum(sizes) + BLOCK_COST * len(sizes)
     if weight > MAX_BATCH_BYTES:
         raise InvalidArgument(
             f"a batch of {len(blocks)} blocks weighs {weight} bytes ({BLOCK_COST} per block included); "
@@ -479,7 +481,7 @@ class Core:
         )
         off = self._log_end
         # caches first, the log record last: a reader that sees the record finds its nodes
-        self._write_nodes(folded)
+        self._write_nodes(folded, newest=True)
         os.pwrite(self._index, storage.index_entries(off + first, sizes), start * storage.INDEX_ENTRY.size)
         if os.pwritev(self._log, parts, off) != total:
             raise OSError(f"{self.path}: short write to the log")
@@ -499,7 +501,7 @@ class Core:
             self.min_ts = min_ts
         self.max_ts = max(self.max_ts, max_ts)
 
-    def _write_nodes(self, folded: merkle.Fold) -> None:
+    def _write_nodes(self, folded: merkle.Fold, *, newest: bool = False) -> None:
         """Write exactly the batch's nodes, with one pwrite per run of consecutive indices.
 
         Never a placeholder for an index the batch did not compute: while a writer
@@ -507,12 +509,17 @@ class Core:
         and overwriting them with zeros (then dying) would leave a tree that
         readers cannot verify (issue 13 item 8). Within the batch's leaf range
         only the O(log n) parents reaching past its last block are missing, so
-        the range goes out in a few runs.
+        the range goes out in a few runs. The `newest` batch (an append, not a
+        replay) goes out in one write: the nodes it leaves zero span blocks no
+        batch has written yet, so the file holds nothing there anyone may read.
         """
         size = storage.NODE.size
         for node in folded.outside:  # parents joining the batch to older roots
             os.pwrite(self._tree, storage.NODE.pack(node.hash, node.size), node.index * size)
         have, buf, lo = folded.have, memoryview(folded.buf), folded.lo
+        if newest:
+            os.pwrite(self._tree, buf, lo * size)
+            return
         i = 0
         while i < len(have):
             j = have.find(0, i)

@@ -28,6 +28,7 @@ PARENT_TYPE = 1
 ROOT_TYPE = 2
 
 _ROOT = struct.Struct("<32sQQ")
+_ROOT_PREFIX = bytes([ROOT_TYPE])
 
 
 def _h(*parts: bytes) -> bytes:
@@ -79,10 +80,9 @@ def tree_hash(roots: Iterable[tuple[int, bytes, int]]) -> bytes:
 
     `roots` holds (flat-tree index, hash, byte size) triples.
     """
-    h = _blake2b(bytes([ROOT_TYPE]), digest_size=HASH_SIZE)
-    for index, digest, size in roots:
-        h.update(_ROOT.pack(digest, index, size))
-    return h.digest()
+    pack = _ROOT.pack
+    data = b"".join([pack(digest, index, size) for index, digest, size in roots])
+    return _blake2b(_ROOT_PREFIX + data, digest_size=HASH_SIZE).digest()
 
 
 _SIGNABLE = struct.Struct("<32s32sQQ")

@@ -9,15 +9,16 @@ O(log n) hashes, checkable with nothing but the feed key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import Corruption, InvalidArgument, SignatureError
 from . import flat_tree
-from .crypto import PARENT_TYPE, Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
+from .crypto import _LEAF_PREFIXES, PARENT_TYPE, Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
 
 
 class Node(NamedTuple):
@@ -41,7 +42,7 @@ class TreeState:
 
 
 def roots_hash(roots: Sequence[Node]) -> bytes:
-    return tree_hash((r.index, r.hash, r.size) for r in roots)
+    return tree_hash(roots)  # a Node is an (index, hash, size) triple
 
 
 def leaves(start: int, blocks: Sequence[bytes]) -> list[Node]:
@@ -81,6 +82,7 @@ def append_leaves(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) ->
 
 NODE = struct.Struct("<32sQ")  # a tree node on disk (storage.NODE)
 _PARENT = struct.Struct("<BQ32s32s")
+_HASHER = hashlib.blake2b(digest_size=32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +105,10 @@ class Fold:
 def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) -> Fold:
     """`append_leaves` without a Node per created node: the same nodes, packed for the tree file.
 
-    The append path's hot loop (issue 17): one leaf hash per block and one
-    parent hash per merge, written straight into one buffer.
+    The append path's hot loop (issue 17), a level at a time: the batch's leaf
+    hashes, then each level's parents from pairs of the level below (an old root
+    joining in on the left where the level starts at an odd offset), each level
+    one comprehension; an unpaired last node of a level is a new root.
     """
     n = len(blocks)
     lo = 2 * start
@@ -114,35 +118,68 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) -> Fold:
     have = bytearray(width)
     pack = NODE.pack_into
     parent = _PARENT.pack
-    b2 = hashlib.blake2b
-    idxs = [r.index for r in roots]
-    hashes = [r.hash for r in roots]
-    sizes = [r.size for r in roots]
-    depths = [flat_tree.depth(i) for i in idxs]
+    copy = _HASHER.copy
+    old = {flat_tree.depth(r.index): r for r in roots}
+    kept = dict(old)  # old roots no new node joins
     outside: list[Node] = []
-    for k, block in enumerate(blocks):
-        i = lo + 2 * k
-        h = leaf_hash(block)
-        sz = len(block)
-        pack(buf, 2 * k * size, h, sz)
-        have[2 * k] = 1
-        d = 0
-        while depths and depths[-1] == d:
-            depths.pop()
-            sz += sizes.pop()
-            i = (idxs.pop() + i) >> 1
-            h = b2(parent(PARENT_TYPE, sz, hashes.pop(), h), digest_size=32).digest()
-            if i >= lo:
-                pack(buf, (i - lo) * size, h, sz)
-                have[i - lo] = 1
-            else:
-                outside.append(Node(i, h, sz))
-            d += 1
-        idxs.append(i)
-        hashes.append(h)
-        sizes.append(sz)
-        depths.append(d)
-    return Fold(lo, buf, have, outside, [Node(*t) for t in zip(idxs, hashes, sizes, strict=True)])
+    new_roots: list[Node] = []
+    sizes = list(map(len, blocks))
+    if sizes and max(sizes) < len(_LEAF_PREFIXES):  # small blocks: H(prefix || block) in one update
+        prefixes = _LEAF_PREFIXES
+        hashes = [_digest(copy(), prefixes[sz] + b) for sz, b in zip(sizes, blocks, strict=True)]
+    else:
+        hashes = [leaf_hash(b) for b in blocks]
+    d, a = 0, start  # level and offset (among nodes of that depth) of hashes[0]
+    if n:  # the leaves, every other node of the range, in one pack
+        fields: list[Any] = [None] * (2 * n)
+        fields[0::2] = hashes
+        fields[1::2] = sizes
+        _leaf_run(n).pack_into(buf, 0, *fields)
+    have[0::2] = b"\x01" * n
+    while hashes:
+        if a & 1:  # the left sibling of the level's first node is an old root
+            r = kept.pop(d)
+            hashes.insert(0, r.hash)
+            sizes.insert(0, r.size)
+            a -= 1
+        m = len(hashes)
+        if m & 1:
+            new_roots.append(Node(flat_tree.index(d, a + m - 1), hashes[-1], sizes[-1]))
+        if m < 2:
+            break
+        # zip stops before an unpaired last node
+        sizes = [x + y for x, y in zip(sizes[0::2], sizes[1::2], strict=False)]
+        hashes = [
+            _digest(copy(), parent(PARENT_TYPE, sz, x, y))
+            for sz, x, y in zip(sizes, hashes[0::2], hashes[1::2], strict=False)
+        ]
+        d += 1
+        a >>= 1
+        step, i = 1 << (d + 1), (a << (d + 1)) + (1 << d) - 1  # flat indices: i, i + step, ...
+        k = 0
+        if i < lo:  # only a level's first parent can join an old root (indices below the batch)
+            outside.append(Node(i, hashes[0], sizes[0]))
+            k, i = 1, i + step
+        pos = i - lo
+        count = len(hashes) - k
+        if count:
+            have[pos : pos + (count - 1) * step + 1 : step] = b"\x01" * count
+        for h, sz in zip(hashes[k:], sizes[k:], strict=True):
+            pack(buf, pos * size, h, sz)
+            pos += step
+    out_roots = sorted([*kept.values(), *new_roots], key=lambda r: r.index)
+    return Fold(lo, buf, have, outside, out_roots)
+
+
+@functools.lru_cache(maxsize=32)
+def _leaf_run(n: int) -> struct.Struct:
+    """n leaf nodes, each followed by a parent's slot left as it is (the last one by nothing)."""
+    return struct.Struct("<" + "32sQ40x" * (n - 1) + "32sQ")
+
+
+def _digest(h: Any, data: bytes) -> bytes:
+    h.update(data)
+    return h.digest()  # type: ignore[no-any-return]
 
 
 def signed_append(
