@@ -133,7 +133,10 @@ def _remove_abandoned_builds(path: Path) -> None:
 def check_batch(start: int, blocks: Sequence[bytes | None]) -> None:
     """Refuse a batch no reader could take back (issue 13 item 6): a block over `MAX_BLOCK_BYTES`,
     or a batch heavier than `MAX_BATCH_BYTES`."""
-    sizes = [0 if b is None else len(b) for b in blocks] if None in blocks else list(map(len, cast(Sequence[bytes], blocks)))
+    if None in blocks:
+        sizes = [0 if b is None else len(b) for b in blocks]
+    else:
+        sizes = list(map(len, cast(Sequence[bytes], blocks)))
     if not sizes:
         return
     biggest = max(sizes)
