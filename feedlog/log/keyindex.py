@@ -35,7 +35,7 @@ import mmap
 import os
 import secrets
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,8 +61,16 @@ class _Discard(Exception):
     """The persisted index cannot be trusted: drop it and rebuild."""
 
 
-def _hash(salt: bytes, key: str) -> bytes:
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8, key=salt).digest()
+def _hasher(salt: bytes) -> Callable[[str], bytes]:
+    """The keyed hash of a key under `salt` (a prepared hasher, copied per key: cheaper than a keyed constructor)."""
+    copy = hashlib.blake2b(digest_size=8, key=salt).copy
+
+    def h(key: str) -> bytes:
+        m = copy()
+        m.update(key.encode("utf-8", "surrogatepass"))
+        return m.digest()
+
+    return h
 
 
 @dataclass(eq=False)
@@ -140,8 +148,7 @@ class KeyIndex:
         self._salt = b""
         self._runs: list[_Run] = []
         self._covered = 1  # the runs cover seqs [1, _covered)
-        self._tail: dict[str, list[int]] = {}
-        self._tail_count = 0
+        self._new_tail()
         self._tail_end = 1  # the tail covers seqs [_covered, _tail_end)
         self._gen = 0  # the next run's number
         self.rebuilt = False  # the persisted index was discarded at load (for tests and benchmarks)
@@ -196,8 +203,7 @@ class KeyIndex:
         self._runs = []
         self._salt = secrets.token_bytes(16)
         self._covered = self._tail_end = 1
-        self._tail = {}
-        self._tail_count = 0
+        self._new_tail()
 
     def _remove_files(self, keep: Iterable[str]) -> None:
         keep = set(keep)
@@ -218,30 +224,42 @@ class KeyIndex:
                 r.close()
             self._runs = []
             self._loaded = False
-            self._tail, self._tail_count = {}, 0
+            self._new_tail()
 
     # ---- keeping current ------------------------------------------------------------------
 
-    def added(self, seq: int, keys: Iterable[str]) -> None:
+    def _new_tail(self) -> None:
+        # the tail: parallel lists in seq order, and each key's newest position in them
+        self._tail_seqs: list[int] = []
+        self._tail_keys: list[str] = []
+        self._latest: dict[str, int] = {}
+
+    @property
+    def _tail_count(self) -> int:
+        return len(self._tail_seqs)
+
+    def _extend(self, seqs: Sequence[int], keys: Sequence[str]) -> None:
+        base = len(self._tail_keys)
+        self._tail_seqs += seqs
+        self._tail_keys += keys
+        self._latest.update(zip(keys, range(base, base + len(keys)), strict=True))
+
+    def added(self, seq: int, keys: Sequence[str]) -> None:
         """Entries `keys` were appended at seqs seq, seq+1, ... (by `Feed.append`)."""
         if not self._loaded:
             self._load()
         if seq != self._tail_end:
             return  # a gap: the next lookup scans it
-        for k in keys:
-            self._tail.setdefault(k, []).append(seq)
-            seq += 1
-        self._tail_count += seq - self._tail_end
-        self._tail_end = seq
+        self._extend(range(seq, seq + len(keys)), keys)
+        self._tail_end = seq + len(keys)
         self._maybe_flush()
 
     def _catch_up(self) -> None:
         end = self.core.length
         if self._tail_end >= end:
             return
-        for seq, key in self._scan(self._tail_end, end):
-            self._tail.setdefault(key, []).append(seq)
-            self._tail_count += 1
+        found = list(self._scan(self._tail_end, end))
+        self._extend([seq for seq, _ in found], [key for _, key in found])
         self._tail_end = end
         self._maybe_flush()
 
@@ -252,20 +270,32 @@ class KeyIndex:
     # ---- lookups ---------------------------------------------------------------------------
 
     def candidates(self, key: str) -> Iterator[int]:
-        """Seqs that may hold entries for `key`, newest first (the caller checks each)."""
+        """Seqs that may hold entries for `key`, newest first (the caller checks each, and usually
+        stops at the first: the tail's older entries for the key are looked for only if it asks)."""
         with self.core.lock:
             self._load()
             self._catch_up()
-            out = list(reversed(self._tail.get(key, ())))
+            older: list[int] = []
             try:
                 if self._runs:
-                    h = _hash(self._salt, key)
+                    h = _hasher(self._salt)(key)
                     for r in reversed(self._runs):
-                        out.extend(reversed(r.seqs(h)))
+                        older.extend(reversed(r.seqs(h)))
             except _Discard:
                 self._discard()
                 return self.candidates(key)
-        return iter(out)
+            # the tail's lists only grow until a flush replaces them: positions below `p` stay as they are
+            keys, seqs, p = self._tail_keys, self._tail_seqs, self._latest.get(key)
+        return self._from_tail(key, keys, seqs, p, older)
+
+    @staticmethod
+    def _from_tail(key: str, keys: list[str], seqs: list[int], p: int | None, older: list[int]) -> Iterator[int]:
+        if p is not None:
+            yield seqs[p]
+            for q in range(p - 1, -1, -1):
+                if keys[q] == key:
+                    yield seqs[q]
+        yield from older
 
     def _discard(self) -> None:
         self._reset()
@@ -281,17 +311,19 @@ class KeyIndex:
         with self.core.lock:
             if not self._tail_count:
                 return
-            salt = self._salt
-            body = b"".join(
-                sorted(_hash(salt, k) + s.to_bytes(8, "big") for k, seqs in self._tail.items() for s in seqs)
-            )
+            h = _hasher(self._salt)
+            records = [
+                kh + s.to_bytes(8, "big") for kh, s in zip(map(h, self._tail_keys), self._tail_seqs, strict=True)
+            ]
+            records.sort()
+            body = b"".join(records)
             runs = [*self._runs]
             new = self._write_run(body)
             runs.append(new)
             while len(runs) >= 2 and runs[-2].count <= 2 * runs[-1].count:
                 b, a = runs.pop(), runs.pop()
                 recs = a.body() + b.body()
-                merged = b"".join(sorted(recs[i : i + REC] for i in range(0, len(recs), REC)))
+                merged = b"".join(sorted([recs[i : i + REC] for i in range(0, len(recs), REC)]))
                 runs.append(self._write_run(merged))
                 failpoints.point("keyindex.merged")
             length = self._tail_end
@@ -300,7 +332,7 @@ class KeyIndex:
             old = [r for r in [*self._runs, new] if id(r) not in kept]
             self._runs = runs
             self._covered = length
-            self._tail, self._tail_count = {}, 0
+            self._new_tail()
             for r in old:
                 r.close()
             self._remove_files(keep={r.name for r in runs})
