@@ -52,30 +52,25 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
 def _ingest(ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], None]) -> None:
     from ..lake.ingest import ingest_batch, ingest_stream
 
+    common: dict[str, Any] = {
+        "owner": ns.owner,
+        "token": token_of(ns),
+        "storage_options": storage_options_of(ns),
+        "progress": say,
+    }
     if ns.stream:
         r = ingest_stream(
             spark,
             ns.sources,
             ns.table,
-            owner=ns.owner,
-            token=token_of(ns),
             checkpoint_location=ns.checkpoint_location,
             available_now=ns.available_now,
             max_entries_per_trigger=ns.max_entries_per_trigger,
-            storage_options=storage_options_of(ns),
-            progress=say,
+            **common,
         )
         emit(ns, {"rows": r.rows, "seconds": round(r.seconds, 3)}, f"ingested {r.rows} entries in {r.seconds:.1f}s")
         return
-    r = ingest_batch(
-        spark,
-        ns.sources,
-        ns.table,
-        owner=ns.owner,
-        token=token_of(ns),
-        storage_options=storage_options_of(ns),
-        progress=say,
-    )
+    r = ingest_batch(spark, ns.sources, ns.table, **common)
     rate = r.rows / r.seconds if r.seconds else 0
     human = (
         f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s "

@@ -25,6 +25,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +147,18 @@ def s3_server_fixture() -> Iterator[S3Server]:
         assert client.get_object(Bucket=BUCKET, Key="probe")["Body"].read() == b"1"
         client.delete_object(Bucket=BUCKET, Key="probe")
         yield s3
+
+
+@contextmanager
+def served_owner(s3: S3Server, tmp_path: Path, prefix: str) -> Iterator[Any]:
+    """A commit owner service (SQLite in `tmp_path`) whose only root is s3://BUCKET/PREFIX, reaching
+    the bucket with credentials of its own (the server's options), stopped on exit."""
+    from feedlog_server.owner import OwnerServer
+
+    server = OwnerServer(
+        tmp_path / "owner.db", "127.0.0.1:0", roots=[f"s3://{s3.bucket}/{prefix}"], storage_options=s3.options
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop(grace=1)

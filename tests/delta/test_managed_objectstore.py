@@ -23,7 +23,7 @@ from feedlog.errors import InvalidArgument, PermissionDenied
 from feedlog_server.owner import OwnerServer
 
 from .conftest import SCHEMA, rows, sorted_rows
-from .s3 import S3Server
+from .s3 import S3Server, served_owner
 
 COLUMNS = ("seq", "key", "p")
 TOKEN = "managed-s3-token"
@@ -91,16 +91,8 @@ def test_a_filesystem_table_is_refused_where_a_managed_one_works(s3_server: S3Se
 @pytest.fixture
 def served(s3_server: S3Server, tmp_path: Path) -> Iterator[OwnerServer]:
     """An owner service whose only root is s3://lake/served, with its own credentials."""
-    server = OwnerServer(
-        tmp_path / "owner.db",
-        "127.0.0.1:0",
-        roots=[f"s3://{s3_server.bucket}/served"],
-        storage_options=s3_server.options,
-    ).start()
-    try:
+    with served_owner(s3_server, tmp_path, "served") as server:
         yield server
-    finally:
-        server.stop(grace=1)
 
 
 def test_served_owner_backfills_with_its_own_credentials(

@@ -39,7 +39,7 @@ from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 from feedlog_server.owner import OwnerServer
 
-from ..delta.s3 import S3Server
+from ..delta.s3 import S3Server, served_owner
 from .conftest import KEY_A, KEY_B, make_feed
 
 MASTER = "local-cluster[2,1,1024]"
@@ -59,14 +59,8 @@ def peer(tmp_path: Path) -> Iterator[PeerServer]:
 @pytest.fixture
 def owner(tmp_path: Path, s3_server: S3Server) -> Iterator[OwnerServer]:
     """The commit owner, serving s3://lake/cluster with its own credentials."""
-    server = OwnerServer(
-        tmp_path / "owner.db",
-        "127.0.0.1:0",
-        roots=[f"s3://{s3_server.bucket}/cluster"],
-        storage_options=s3_server.options,
-    ).start()
-    yield server
-    server.stop(grace=1)
+    with served_owner(s3_server, tmp_path, "cluster") as server:
+        yield server
 
 
 def start_ingest(
