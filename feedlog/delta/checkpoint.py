@@ -310,9 +310,20 @@ def _parse_rows(table: pa.Table, version: int, out: Decoded) -> None:
             if row is None:
                 continue
             maps = {k: dict(row[k]) for k in ("partitionValues", "tags") if row.get(k) is not None}
+            if name == "add" and row.get("stats") is None and isinstance(row.get("stats_parsed"), dict):
+                row["stats"] = _counts_of(row["stats_parsed"])
             row = {k: _strip_nulls(v) for k, v in row.items() if v is not None and k not in maps and k not in _DERIVED}
             row.update(maps)  # a null partition value is a value, not an absent field
             out.actions.append(parse(row))
+
+
+def _counts_of(parsed: dict[str, Any]) -> str | None:
+    """The `stats` JSON of an add whose checkpoint has only `stats_parsed` (a writer's
+    delta.checkpoint.writeStatsAsJson=false): its counts, which are exact; min/max values are left
+    out rather than re-encoded (readers skip no file on stats they do not have)."""
+    kept = ("numRecords", "nullCount", "tightBounds")
+    counts = {k: _strip_nulls(parsed[k]) for k in kept if parsed.get(k) is not None}
+    return json.dumps(counts) if "numRecords" in counts else None
 
 
 def decode_parquet(
