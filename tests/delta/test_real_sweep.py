@@ -122,6 +122,7 @@ PARTITION_VALUES: dict[str, pa.Array] = {
     "boolean": pa.array([True, False, None], pa.bool_()),
     "double": pa.array([1.5, -0.0, None, 1e10, 0.1], pa.float64()),
     "float": pa.array([1.5, 2.25, None], pa.float32()),
+    "special_double": pa.array([float("nan"), float("inf"), float("-inf"), None], pa.float64()),
 }
 
 
