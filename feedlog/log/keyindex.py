@@ -52,6 +52,8 @@ REC = 16
 CHUNK = 64 << 10
 #: a writer writes its in-memory tail out as a run once it holds this many entries
 FLUSH_ENTRIES = 1 << 16
+#: records a merge takes from each run per step (what bounds a merge's memory)
+MERGE_RECORDS = 1 << 16
 
 #: (seq, key) of every valid, uncleared entry in [start, end)
 Scanner = Callable[[int, int], Iterable[tuple[int, str]]]
@@ -122,11 +124,41 @@ class _Run:
             lo += 1
         return out
 
-    def body(self) -> bytes:
+    def records(self, lo: int, hi: int) -> bytes:
+        """Records [lo, hi), CRC-checked."""
         assert self.mm is not None
-        for c in range(len(self.crcs)):
-            self._hash_at(c * CHUNK // REC)
-        return self.mm[:]
+        if hi > lo:
+            for c in range(lo * REC // CHUNK, ((hi * REC) - 1) // CHUNK + 1):
+                self._hash_at(c * CHUNK // REC)
+        return self.mm[lo * REC : hi * REC]
+
+    def after(self, lo: int, hi: int, bound: bytes) -> int:
+        """The first index in [lo, hi) whose record is greater than `bound` (hi if none)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.records(mid, mid + 1) <= bound:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+def _merge(a: _Run, b: _Run) -> Iterator[bytes]:
+    """The records of two runs in order, at most about 2 * `MERGE_RECORDS` of them in memory at once.
+
+    Each step takes the next `MERGE_RECORDS` of each run, up to the smaller of the two
+    chunks' last records (so nothing later in either run sorts before what is emitted).
+    """
+    ia = ib = 0
+    while ia < a.count or ib < b.count:
+        ea, eb = min(a.count, ia + MERGE_RECORDS), min(b.count, ib + MERGE_RECORDS)
+        ends = [r.records(e - 1, e) for r, e in ((a, ea), (b, eb)) if e < r.count]
+        if ends:
+            bound = min(ends)
+            ea, eb = a.after(ia, ea, bound), b.after(ib, eb, bound)
+        chunk = a.records(ia, ea) + b.records(ib, eb)
+        yield b"".join(sorted([chunk[i : i + REC] for i in range(0, len(chunk), REC)]))
+        ia, ib = ea, eb
 
 
 def _crcs(body: bytes) -> list[int]:
@@ -258,10 +290,12 @@ class KeyIndex:
         end = self.core.length
         if self._tail_end >= end:
             return
-        found = list(self._scan(self._tail_end, end))
-        self._extend([seq for seq, _ in found], [key for _, key in found])
-        self._tail_end = end
-        self._maybe_flush()
+        while self._tail_end < end:  # a writer in steps, each written out once it is big enough
+            stop = min(end, self._tail_end + FLUSH_ENTRIES) if self.core.writable else end
+            found = list(self._scan(self._tail_end, stop))
+            self._extend([seq for seq, _ in found], [key for _, key in found])
+            self._tail_end = stop
+            self._maybe_flush()
 
     def _maybe_flush(self) -> None:
         if self.core.writable and self._tail_count >= FLUSH_ENTRIES:
@@ -316,15 +350,13 @@ class KeyIndex:
                 kh + s.to_bytes(8, "big") for kh, s in zip(map(h, self._tail_keys), self._tail_seqs, strict=True)
             ]
             records.sort()
-            body = b"".join(records)
             runs = [*self._runs]
-            new = self._write_run(body)
+            new = self._write_run([b"".join(records)])
+            del records
             runs.append(new)
             while len(runs) >= 2 and runs[-2].count <= 2 * runs[-1].count:
                 b, a = runs.pop(), runs.pop()
-                recs = a.body() + b.body()
-                merged = b"".join(sorted([recs[i : i + REC] for i in range(0, len(recs), REC)]))
-                runs.append(self._write_run(merged))
+                runs.append(self._write_run(_merge(a, b)))
                 failpoints.point("keyindex.merged")
             length = self._tail_end
             self._write_manifest(runs, length)
@@ -337,17 +369,30 @@ class KeyIndex:
                 r.close()
             self._remove_files(keep={r.name for r in runs})
 
-    def _write_run(self, body: bytes) -> _Run:
+    def _write_run(self, pieces: Iterable[bytes]) -> _Run:
+        """A run of the sorted records in `pieces`, fsynced, with a CRC per `CHUNK` computed as it is written."""
         name = f"{RUN_PREFIX}{self._gen}{RUN_SUFFIX}"
         self._gen += 1
+        crcs: list[int] = []
+        carry = b""  # written bytes past the last whole chunk
+        size = 0
         fd = os.open(self.dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, body)
+            for piece in pieces:
+                view = memoryview(piece)
+                while view:
+                    view = view[os.write(fd, view) :]
+                size += len(piece)
+                data = carry + piece
+                whole = len(data) // CHUNK * CHUNK
+                crcs += _crcs(data[:whole])
+                carry = data[whole:]
+            crcs += _crcs(carry)
             failpoints.point("keyindex.run_written")
             os.fsync(fd)
         finally:
             os.close(fd)
-        run = _Run(name, len(body) // REC, _crcs(body))
+        run = _Run(name, size // REC, crcs)
         run.open(self.dir)
         return run
 

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from feedlog import failpoints
 from feedlog.clock import ManualClock
@@ -42,6 +44,7 @@ def assert_answers_like_a_scan(feed: Feed, extra: tuple[str, ...] = ("never writ
 @pytest.fixture
 def small_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keyindex, "FLUSH_ENTRIES", 8)
+    monkeypatch.setattr(keyindex, "MERGE_RECORDS", 3)  # merges in many bounded steps
 
 
 def fill(feed: Feed, n: int, keys: int = 13) -> None:
@@ -156,6 +159,7 @@ import sys
 from feedlog.log import keyindex
 from feedlog.log.feed import Feed, Write
 keyindex.FLUSH_ENTRIES = 8
+keyindex.MERGE_RECORDS = 5
 with Feed.open(sys.argv[1]) as f:
     for b in range(int(sys.argv[2])):
         f.append([Write(f"/k/{(f.length + i) % 11}", f"v{f.length}.{i}".encode()) for i in range(3)])
@@ -200,3 +204,35 @@ def test_kill_at_every_index_step_then_reopen_answers_like_a_scan(tmp_path: Path
     with Feed.open(p) as f:
         assert f.length > 40
         assert_answers_like_a_scan(f)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.binary(min_size=16, max_size=16), max_size=80, unique=True),
+    st.integers(0, 80),
+    st.integers(1, 9),
+    st.integers(1, 4),
+)
+def test_a_bounded_merge_of_two_runs_is_their_sorted_union(
+    records: list[bytes], split: int, step: int, chunk_kib: int
+) -> None:
+    import tempfile
+
+    left, right = sorted(records[:split]), sorted(records[split:])
+    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(keyindex, "MERGE_RECORDS", step)
+        mp.setattr(keyindex, "CHUNK", 16 * chunk_kib)  # runs of several CRC chunks
+        runs = []
+        for n, recs in enumerate((left, right)):
+            body = b"".join(recs)
+            (Path(d) / f"r{n}").write_bytes(body)
+            r = keyindex._Run(f"r{n}", len(recs), keyindex._crcs(body))
+            if recs:
+                r.open(Path(d))
+            runs.append(r)
+        if left and right:
+            pieces = list(keyindex._merge(runs[0], runs[1]))
+            assert b"".join(pieces) == b"".join(sorted(records))
+            assert all(len(p) <= 2 * step * 16 for p in pieces)
+        for r in runs:
+            r.close()
