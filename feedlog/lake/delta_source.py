@@ -353,6 +353,10 @@ def _field_type(schema: pa.Schema, path: Sequence[str]) -> pa.DataType | None:
     return t
 
 
+#: string min/max stats this long may be a cut prefix of the real value
+STRING_STAT_PREFIX = 32
+
+
 def _stat_value(raw: Any, t: pa.DataType, upper: bool) -> Any:
     """A min/max from the stats JSON as a comparable Python value, None if it cannot be used. A
     timestamp bound is written truncated to the millisecond, so a max stands for up to 999 us more."""
@@ -363,9 +367,11 @@ def _stat_value(raw: Any, t: pa.DataType, upper: bool) -> Any:
     if pa.types.is_floating(t) and isinstance(raw, (int, float)) and not isinstance(raw, bool):
         return None if raw != raw else float(raw)
     if (pa.types.is_string(t) or pa.types.is_large_string(t)) and isinstance(raw, str):
-        return raw
-    if pa.types.is_decimal(t) and isinstance(raw, (int, float, str)) and not isinstance(raw, bool):
-        return decimal.Decimal(str(raw))
+        # writers cut string stats to a prefix (delta-spark: 32 characters): a cut min is still a
+        # lower bound, a cut max is not an upper bound
+        return None if upper and len(raw) >= STRING_STAT_PREFIX else raw
+    if pa.types.is_decimal(t) and isinstance(raw, (int, str)) and not isinstance(raw, bool):
+        return decimal.Decimal(str(raw))  # (a float bound, as delta-rs writes, has lost digits: unusable)
     if pa.types.is_date(t) and isinstance(raw, str):
         return dt.date.fromisoformat(raw[:10])
     if pa.types.is_timestamp(t) and isinstance(raw, str):

@@ -222,6 +222,17 @@ def test_pruning_by_partition_values_and_stats(tmp_path: Path) -> None:
     assert kept(GreaterThan(("ts",), ms29 + dt.timedelta(microseconds=999))) == [30, 40, 50]
     assert kept(LessThan(("ts",), ms29 - dt.timedelta(milliseconds=9))) == [0, 10]  # min of 20..29 is T0 + 20
 
+    # bounds that are not bounds: a string max cut to a prefix (writers cut string stats at 32
+    # characters), a decimal written as a float (delta-rs) that has lost digits
+    from feedlog.lake.delta_source import _stat_value
+
+    long = "f" * 40
+    assert _stat_value(long[:32], pa.string(), upper=False) == long[:32]  # a cut min is still a lower bound
+    assert _stat_value(long[:32], pa.string(), upper=True) is None
+    assert _stat_value("abc", pa.string(), upper=True) == "abc"
+    assert _stat_value(1.234567890123457e19, pa.decimal128(38, 0), upper=True) is None
+    assert _stat_value("12345678901234567890", pa.decimal128(38, 0), upper=True) == 12345678901234567890
+
     # through the reader, as Spark drives it
     options = CaseInsensitiveDict({"path": str(tmp_path / "t"), "maxPartitionBytes": "1", "dataSkipping": "true"})
     reader = batch(options)
