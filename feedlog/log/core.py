@@ -130,15 +130,15 @@ def _remove_abandoned_builds(path: Path) -> None:
             os.close(fd)
 
 
-def check_batch(start: int, blocks: Sequence[bytes | None]) -> None:
+def check_batch(start: int, blocks: Sequence[bytes | None]) -> list[int]:
     """Refuse a batch no reader could take back (issue 13 item 6): a block over `MAX_BLOCK_BYTES`,
-    or a batch heavier than `MAX_BATCH_BYTES`."""
-    if None in blocks:
-        sizes = [0 if b is None else len(b) for b in blocks]
-    else:
+    or a batch heavier than `MAX_BATCH_BYTES`. Returns the blocks' sizes (a cleared block's as 0)."""
+    try:
         sizes = list(map(len, cast(Sequence[bytes], blocks)))
+    except TypeError:  # a cleared block (None) among them
+        sizes = [0 if b is None else len(b) for b in blocks]
     if not sizes:
-        return
+        return sizes
     biggest = max(sizes)
     if biggest > MAX_BLOCK_BYTES:
         n, size = next((n, size) for n, size in enumerate(sizes) if size > MAX_BLOCK_BYTES)
@@ -149,6 +149,7 @@ def check_batch(start: int, blocks: Sequence[bytes | None]) -> None:
             f"a batch of {len(blocks)} blocks weighs {weight} bytes ({BLOCK_COST} per block included); "
             f"the limit is {MAX_BATCH_BYTES}: append it in smaller batches"
         )
+    return sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,8 +388,7 @@ class Core:
             raise ReadOnly(f"{self.path}: opened read-only")
         with self.lock:
             start = self._state.length
-            check_batch(start, blocks)
-            folded = merkle.fold(self._roots, start, blocks)
+            folded = merkle.fold(self._roots, start, blocks, check_batch(start, blocks))
             th = merkle.roots_hash(folded.roots)
             length = start + len(blocks)
             sig = self._signer.sign(tree_signable(th, length, self._state.fork))
@@ -407,14 +407,14 @@ class Core:
             start = self._state.length
             if state.length != start + len(blocks):
                 raise InvalidArgument(f"batch of {len(blocks)} at length {start} cannot reach length {state.length}")
-            check_batch(start, blocks)
+            sizes = check_batch(start, blocks)
             if start and state.fork != self._state.fork:
                 # a fork number changes only with a truncation, which replication cannot verify (issue 13 item 10)
                 raise Fork(
                     f"a batch signed for fork {state.fork} cannot continue this copy at fork {self._state.fork}"
                     f" (length {start}, tree {self._state.tree_hash.hex()})"
                 )
-            folded = merkle.fold(self._roots, start, blocks)
+            folded = merkle.fold(self._roots, start, blocks, sizes)
             if merkle.roots_hash(folded.roots) != state.tree_hash:
                 raise Corruption(f"blocks {start}..{state.length - 1} do not hash to the signed tree hash")
             if not self.verifier.verify(state.signature, state.signable()):
@@ -445,8 +445,7 @@ class Core:
                 raise Conflict(f"the feed is at fork {self._state.fork}, the append is for fork {fork}")
             if not blocks:
                 raise InvalidArgument("cannot append an empty batch")
-            check_batch(start, blocks)
-            folded = merkle.fold(self._roots, start, blocks)
+            folded = merkle.fold(self._roots, start, blocks, check_batch(start, blocks))
             state = TreeState(start + len(blocks), fork, merkle.roots_hash(folded.roots), signature)
             if not self.verifier.verify(signature, state.signable()):
                 raise SignatureError(
@@ -478,7 +477,7 @@ class Core:
             raise ReadOnly(f"{self.path}: opened read-only")
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
-        sizes = list(map(len, blocks))
+        sizes = folded.sizes
         parts, first, total = storage.encode_batch_parts(
             start, blocks, sizes, state.fork, state.tree_hash, state.signature, min_ts, max_ts
         )

@@ -100,9 +100,10 @@ class Fold:
     have: bytearray
     outside: list[Node]
     roots: list[Node]
+    sizes: list[int]  # of the batch's blocks
 
 
-def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) -> Fold:
+def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list[int] | None = None) -> Fold:
     """`append_leaves` without a Node per created node: the same nodes, packed for the tree file.
 
     The append path's hot loop (issue 17), a level at a time: the batch's leaf
@@ -123,7 +124,7 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) -> Fold:
     kept = dict(old)  # old roots no new node joins
     outside: list[Node] = []
     new_roots: list[Node] = []
-    sizes = list(map(len, blocks))
+    leaf_sizes = sizes = list(map(len, blocks)) if sizes is None else sizes
     if sizes and max(sizes) < len(_LEAF_PREFIXES):  # small blocks: H(prefix || block) in one update
         prefixes = _LEAF_PREFIXES
         hashes = [_digest(copy(), prefixes[sz] + b) for sz, b in zip(sizes, blocks, strict=True)]
@@ -139,8 +140,8 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) -> Fold:
     while hashes:
         if a & 1:  # the left sibling of the level's first node is an old root
             r = kept.pop(d)
-            hashes.insert(0, r.hash)
-            sizes.insert(0, r.size)
+            hashes = [r.hash, *hashes]
+            sizes = [r.size, *sizes]  # a new list: `leaf_sizes` stays the blocks' sizes
             a -= 1
         m = len(hashes)
         if m & 1:
@@ -168,7 +169,7 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) -> Fold:
             pack(buf, pos * size, h, sz)
             pos += step
     out_roots = sorted([*kept.values(), *new_roots], key=lambda r: r.index)
-    return Fold(lo, buf, have, outside, out_roots)
+    return Fold(lo, buf, have, outside, out_roots, leaf_sizes)
 
 
 @functools.lru_cache(maxsize=32)

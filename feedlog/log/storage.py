@@ -84,13 +84,20 @@ def encode_batch_parts(
 ) -> tuple[list[bytes], int, int]:
     """`encode_batch` as buffers for one `os.pwritev` (no copy of the whole record): (parts, first, total)."""
     count = len(blocks)
-    lengths = struct.pack(f"<{count}I", *sizes)
+    lengths = _u32le(sizes)
     payload = b"".join(blocks)
     body_len = _HEAD.size - 8 + len(lengths) + len(payload)
     head = _HEAD.pack(MAGIC, body_len, start, count, fork, start + count, min_ts, max_ts, tree_hash, signature)
     crc = zlib.crc32(payload, zlib.crc32(lengths, zlib.crc32(head)))
     parts = [head, lengths, payload, _CRC.pack(crc)]
     return parts, _HEAD.size + len(lengths), 8 + body_len + _CRC.size
+
+
+def _u32le(values: list[int]) -> bytes:
+    words = array("I", values)
+    if sys.byteorder != "little":
+        words.byteswap()
+    return words.tobytes()
 
 
 def index_entries(first: int, sizes: list[int]) -> bytes:
