@@ -87,6 +87,41 @@ class LostAnswers:
         return getattr(self.api, name)
 
 
+class FailedOver:
+    """Two owner processes behind a client that fails over (`grpc://h1,h2`): the first ratifies the
+    commit and dies unanswered, the other backfills it (forgetting it) before the repeated request
+    arrives and can only answer Conflict. The client hides the lost answer: no Unavailable."""
+
+    def __init__(self, api: Any, token: str) -> None:
+        self.api, self.token, self.armed = api, token, True
+
+    def commit(self, table: Any, version: int, staged: str, ict: int, auth: Any) -> Any:
+        first = self.api.commit(table, version, staged, ict, auth)
+        if not self.armed:
+            return first
+        self.armed = False
+        self.api.backfill(table, version, auth)  # the other process backfills meanwhile
+        return self.api.commit(table, version, staged, ict, auth)  # the repeat, as the client sends it
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.api, name)
+
+
+def test_a_commit_repeated_by_failover_after_its_backfill_is_recognised_as_ours(owner: Owner) -> None:
+    """It was committed a second time: the client's failover hid the doubt, so the Conflict the other
+    process gave the repeat was taken at its word and the append rebased over its own commit."""
+    t = owner.create(batch_size=100)
+    t.append(batch([0]))
+    committer = t.committer_for(t.snapshot().protocol, t.snapshot().metadata)
+    assert isinstance(committer, ManagedCommitter)
+    committer.owner = FailedOver(committer.owner, t.owner_token or "")
+    r = t.append(batch([1]))
+    assert r.version == 2
+    fresh = DeltaTable.open(t.storage.location)
+    assert fresh.version() == 2  # no second commit of the same rows
+    assert sorted(fresh.to_arrow().column("id").to_pylist()) == [0, 1]
+
+
 def test_a_commit_whose_answer_was_lost_is_recognised_as_ours(owner: Owner) -> None:
     t = owner.create(batch_size=100)  # nothing is backfilled: only the owner knows what won
     t.append(batch([0]))

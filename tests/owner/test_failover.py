@@ -138,6 +138,8 @@ def test_two_owner_processes_on_one_database_and_one_killed(
         assert t.backfill() == WRITERS * n  # through the surviving owner
         ids = sorted(read_ids(table, options))
         assert ids == sorted(w * 1000 + i for w in range(WRITERS) for i in range(n))  # every sequence whole
+        # and no append committed twice: a repeated add of one file would hide in the rows above
+        assert DeltaTable.open(table, storage_options=options or None).version() == WRITERS * n
     finally:
         for w in writers:
             if w.poll() is None:

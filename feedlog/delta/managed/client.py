@@ -11,7 +11,10 @@ endpoint did not answer is sent to the next, once round the list; the client the
 keeps using the endpoint that answered. Sending the very request again elsewhere
 is safe for the same reason asking again is: the owner recognises a repeated
 commit (the same staged file) and answers it Committed, whichever process
-ratified it first.
+ratified it first, while it still holds it; once that commit is backfilled and
+forgotten the owner can only answer Conflict, and `ManagedCommitter` then finds
+its own bytes in the log. (It checks on every Conflict, since the caller of a
+failed-over call never learns that the first process may have ratified it.)
 """
 
 from __future__ import annotations

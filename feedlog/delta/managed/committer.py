@@ -94,7 +94,7 @@ class ManagedCommitter:
                 time.sleep(min(2.0, 0.05 * 2**attempt))
                 continue
             except AlreadyExists:
-                if doubt is not None and self._backfilled_as(storage, version, data):
+                if self._backfilled_as(storage, version, data):
                     return Committed(version)
                 storage.delete(f"{COMMITS_DIR}/{staged}")
                 raise
@@ -103,7 +103,11 @@ class ManagedCommitter:
                     storage.delete(f"{COMMITS_DIR}/{staged}")
                 raise
             if isinstance(response, CommitConflict):
-                if doubt is not None and self._backfilled_as(storage, version, data):
+                # Ours after all? Not only after a call we know went unanswered: a client that fails
+                # over to another owner process repeats a call the first may have ratified, and once
+                # that is backfilled (and forgotten) the owner can only answer Conflict. Our staged
+                # bytes are unique (txnId, ICT), so equal bytes in the log are our commit.
+                if self._backfilled_as(storage, version, data):
                     return Committed(version)
                 storage.delete(f"{COMMITS_DIR}/{staged}")
                 self._hint = (version, response.winners) if response.winners else None
