@@ -114,6 +114,11 @@ def plot_activity(a: Activity, path: str) -> str:
         line.stairs(totals, x, color="black", linewidth=1.2)
         line.stairs(totals, x, fill=True, alpha=0.2, color="black")
         line.set_xlim(x[0], x[-1])
+        placed = totals[totals > 0]
+        if placed.size and placed.max() > 20 * np.median(placed):  # one burst would flatten the rest
+            line.set_yscale("log")
+            line.set_ylim(bottom=0.8)
+            line.set_ylabel("all feeds (log)")
         if width != a.every_ms:
             line.set_title(f"drawn in columns of {format_duration(width)}", fontsize=8, loc="right")
     heat.set_yticks([r + 0.5 for r in range(len(feeds))])
@@ -121,7 +126,8 @@ def plot_activity(a: Activity, path: str) -> str:
     heat.set_ylabel("feed")
     more = len(a.per_feed) - len(feeds)
     heat.set_title(f"entries per feed over time{f' (busiest {len(feeds)}; {more} more not drawn)' if more else ''}")
-    line.set_ylabel("all feeds")
+    if line.get_yscale() != "log":
+        line.set_ylabel("all feeds")
     line.set_xlabel("time (UTC)")
     line.xaxis_date(tz=UTC)
     line.xaxis.set_major_formatter(mdates.ConciseDateFormatter(line.xaxis.get_major_locator(), tz=UTC))
