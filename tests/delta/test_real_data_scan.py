@@ -37,11 +37,17 @@ def _norm(v: Any) -> Any:
     if isinstance(v, dict):
         return tuple(sorted((k, _norm(x)) for k, x in v.items()))
     if isinstance(v, list):
+        # a map arrives as a list of (key, value) pairs: its order is not data
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            return ("map", tuple(sorted((_norm(k), _norm(x)) for k, x in v)))
+        return tuple(_norm(x) for x in v)
+    if isinstance(v, tuple):
         return tuple(_norm(x) for x in v)
     return v
 
 
 def canon(table: Any) -> list[tuple[Any, ...]]:
+    """Rows as comparable, order-free tuples (NaN equal to NaN, aware datetimes in UTC, maps unordered)."""
     t = pa.table(table)
     out = [tuple(_norm(r[c]) for c in t.column_names) for r in t.to_pylist()]
     return sorted(out, key=repr)

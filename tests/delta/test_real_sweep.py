@@ -42,30 +42,7 @@ from feedlog.errors import FeedlogError, InvalidArgument, Unsupported
 
 from .conftest import deltalake_read, duckdb_read
 from .s3 import S3Server
-
-
-def _norm(v: Any) -> Any:
-    if isinstance(v, float) and v != v:
-        return ("NaN",)
-    if isinstance(v, dt.datetime) and v.tzinfo is not None:
-        return ("tz", v.astimezone(dt.UTC).replace(tzinfo=None))
-    if isinstance(v, dict):
-        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
-    if isinstance(v, list):
-        # a map arrives as a list of (key, value) pairs: its order is not data
-        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
-            return ("map", tuple(sorted((_norm(k), _norm(x)) for k, x in v)))
-        return tuple(_norm(x) for x in v)
-    if isinstance(v, tuple):
-        return tuple(_norm(x) for x in v)
-    return v
-
-
-def canon(table: Any) -> list[tuple[Any, ...]]:
-    t = pa.table(table)
-    out = [tuple(_norm(r[c]) for c in t.column_names) for r in t.to_pylist()]
-    return sorted(out, key=repr)
-
+from .test_real_data_scan import canon
 
 # --- the histories ---------------------------------------------------------------------------------
 
