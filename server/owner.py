@@ -151,7 +151,7 @@ class OwnerServer:
         return f"grpc://{self.address}"
 
     def start(self) -> OwnerServer:
-        self.owner = LocalOwner(self.db, self.roots, storage_options=self.storage_options)
+        self.owner = LocalOwner(self.db, self.roots, storage_options=self.storage_options, background_backfill=True)
         try:
             recovered = self.owner.backfill_all()
         except FeedlogError as e:  # a table's files are damaged: serve the others, say so

@@ -44,6 +44,14 @@ class Owner:
     db: Path | str  # a SQLite file or a PostgreSQL URL
     endpoint: str | None
     api: CommitOwner
+    #: the served owner, if any: it backfills in the background
+    server: OwnerServer | None = None
+
+    def settle(self) -> None:
+        """Wait until the served owner's background backfill is done (the in-process owner backfills
+        before it answers): what a test then sees in `_delta_log` is what the batch size says."""
+        if self.server is not None:
+            assert self.server.owner.backfill_idle(20), "background backfill did not finish"
 
     def binding(self, batch_size: int | None = None) -> Binding:
         if self.endpoint is not None:
@@ -71,7 +79,7 @@ def owner(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         server = OwnerServer(url, "127.0.0.1:0", roots=[root]).start()
         monkeypatch.setenv(OWNER_ENV, server.endpoint)
         try:
-            yield Owner("grpc-pg", root, url, server.endpoint, GrpcOwner(server.endpoint, timeout=10))
+            yield Owner("grpc-pg", root, url, server.endpoint, GrpcOwner(server.endpoint, timeout=10), server)
         finally:
             server.stop(grace=1)
         return
@@ -85,7 +93,7 @@ def owner(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     server = OwnerServer(db, "127.0.0.1:0", roots=[root]).start()
     monkeypatch.setenv(OWNER_ENV, server.endpoint)
     try:
-        yield Owner("grpc", root, db, server.endpoint, GrpcOwner(server.endpoint, timeout=10))
+        yield Owner("grpc", root, db, server.endpoint, GrpcOwner(server.endpoint, timeout=10), server)
     finally:
         server.stop(grace=1)
 

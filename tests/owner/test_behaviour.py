@@ -44,6 +44,7 @@ def test_create_writes_commit_zero_and_outside_readers_agree(owner: Owner) -> No
     assert json.loads(conf["delta.managedCommitOwnerConf"]) == owner.binding().config
     for i in range(3):
         t.append(batch([i]))
+    owner.settle()  # a served owner backfills in the background, off the commit path
     assert deltalake_version(t.storage.location) == 3  # batch size 1: backfilled at once
     assert sorted(deltalake_read(t.storage.location).column("id").to_pylist()) == [0, 1, 2]
     assert sorted(duckdb_read(t.storage.location).column("id").to_pylist()) == [0, 1, 2]
@@ -57,6 +58,7 @@ def test_unbackfilled_commits_are_seen_by_managed_readers_only(owner: Owner) -> 
     for i in range(6):
         t.append(batch([i]))
     path = t.storage.location
+    owner.settle()
     fresh = DeltaTable.open(path)
     assert fresh.version() == 6 and fresh.to_arrow().num_rows == 6
     assert deltalake_version(path) == 4  # the owner backfilled once 4 commits were pending

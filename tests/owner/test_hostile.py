@@ -196,6 +196,7 @@ def test_an_ordinary_commit_still_works_after_the_refusals(owner: Owner) -> None
     name = staged_name(version)
     t.storage.put_if_absent(f"{COMMITS_DIR}/{name}", _commit_info(ict))
     assert owner.api.commit(ref, version, name, ict, auth) == Committed(version)
+    owner.settle()  # a served owner backfills in the background
     assert (Path(t.storage.location) / commit_path(version)).exists()
 
 

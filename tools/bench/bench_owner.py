@@ -42,9 +42,11 @@ from feedlog.delta.managed import Binding
 WRITER = """
 import json, sys, time
 from feedlog.delta import DeltaTable
-path, token, who, start_at, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+path, token, who, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 t = DeltaTable.open(path, owner_token=token or None)
 t.version()
+print("ready", flush=True)
+start_at = float(sys.stdin.readline())  # every writer imported and connected before the clock starts
 while time.time() < start_at:
     time.sleep(0.001)
 versions, lat, i = [], [], 0
@@ -78,17 +80,38 @@ def start_owner(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"grpc://127.0.0.1:{port}"
 
 
-def run_writers(paths: list[Path], tokens: list[str], seconds: float) -> tuple[float, list[float], int]:
-    """One writer process per entry of `paths` (the same path repeated: writers share that table)."""
-    start_at = time.time() + 2.0  # every writer imported and connected before the clock starts
+def start_writers(
+    jobs: list[tuple[Path, str, str]], seconds: float, env: dict[str, str] | None = None
+) -> list[subprocess.Popen[str]]:
+    """One WRITER process per (path, token, who), all started on the same clock once every one of them
+    has imported, opened its table and said so: on a loaded machine that can take many seconds, and
+    a fixed head start left writers with no time at all."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), token, f"w{i}", str(start_at), str(seconds)],
+            [sys.executable, "-c", WRITER, str(path), token, who, str(seconds)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
-        for i, (path, token) in enumerate(zip(paths, tokens, strict=True))
+        for path, token, who in jobs
     ]
+    for p in procs:
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise SystemExit("a writer failed before it was ready")
+    start_at = time.time() + 0.2
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(f"{start_at}\n")
+        p.stdin.flush()
+    return procs
+
+
+def run_writers(paths: list[Path], tokens: list[str], seconds: float) -> tuple[float, list[float], int]:
+    """One writer process per entry of `paths` (the same path repeated: writers share that table)."""
+    jobs = [(path, token, f"w{i}") for i, (path, token) in enumerate(zip(paths, tokens, strict=True))]
+    procs = start_writers(jobs, seconds)
     results = [json.loads(p.communicate(timeout=seconds + 120)[0]) for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit("a writer failed")
@@ -103,6 +126,8 @@ def run_writers(paths: list[Path], tokens: list[str], seconds: float) -> tuple[f
 def check(path: Path, token: str, results: list[dict[str, Any]]) -> int:
     """Every acknowledged version exactly once, no gaps, every writer's txn sequence complete."""
     versions = sorted(v for r in results for v in r["versions"])
+    if not versions:
+        raise SystemExit(f"no writer on {path.name} committed anything in the time given (machine too loaded?)")
     table = DeltaTable.open(path, owner_token=token or None)
     latest = table.version()
     # zero lost or duplicate versions, every writer's txn sequence complete

@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,14 +36,12 @@ import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_owner import SCHEMA, WRITER, free_port, pct
+from bench_owner import SCHEMA, free_port, pct, start_writers
 
 from feedlog.delta import DeltaTable
 from feedlog.delta.managed import OWNER_ENV, Binding
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-#: writers wait this long after being started before the clock starts (imports on a busy machine)
-START_DELAY = 4.0
 
 
 def start_owner(db: str, root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -88,18 +85,10 @@ def open_engine(name: str, db: str, root: Path, writers: int, batch_size: int) -
 
 def run_round(engine: Engine, tag: str, seconds: float) -> float:
     """One writer process per table for `seconds`; the commits/s, after checking every table."""
-    start_at = time.time() + START_DELAY
-    cpu0 = cpu_seconds(engine.owner.pid)
     env = {**os.environ, OWNER_ENV: engine.endpoint}  # the writer processes trust this owner
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), token, f"{tag}w{i}", str(start_at), str(seconds)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i, (path, token) in enumerate(engine.tables)
-    ]
+    jobs = [(path, token, f"{tag}w{i}") for i, (path, token) in enumerate(engine.tables)]
+    procs = start_writers(jobs, seconds, env)
+    cpu0 = cpu_seconds(engine.owner.pid)
     results = [json.loads(p.communicate(timeout=seconds + 120)[0]) for p in procs]
     engine.owner_cpu += cpu_seconds(engine.owner.pid) - cpu0
     if any(p.returncode for p in procs):

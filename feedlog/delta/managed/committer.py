@@ -150,10 +150,23 @@ class ManagedCommitter:
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
         hint, self._hint = self._hint, None
-        if hint is not None and hint[0] == start_version:
-            pairs = list(hint[1])  # what won the race just lost: at least as new as the caller's base
+        if hint is not None and hint[0] <= start_version <= hint[1][-1][0] + 1:
+            # what won the race just lost (all the owner held from that version on), less what the
+            # caller found backfilled meanwhile: no second round trip for the rebase
+            pairs = [(v, f) for v, f in hint[1] if v >= start_version]
         else:
-            pairs = [(c.version, c.file) for c in self.owner.get_commits(self.table, start_version).commits]
+            found = self.owner.get_commits(self.table, start_version)
+            pairs = [(c.version, c.file) for c in found.commits]
+            # Versions from start_version up to the owner's latest that it no longer tracks were
+            # backfilled (and forgotten) after the caller listed the log: the owner forgets a commit
+            # only once its `_delta_log/<v>.json` exists, and it reads its latest before its commits.
+            # Without them a writer would build on a stale version and lose to, say, its own commit.
+            first = pairs[0][0] if pairs else found.latest + 1
+            gone = range(max(start_version, 0), min(first, found.latest + 1))
+            if gone:
+                return [(v, FileInfo(commit_path(v), None, None)) for v in gone] + [
+                    (v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs
+                ]
         return [(v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs]
 
     def backfill(self, version: int | None = None) -> int:

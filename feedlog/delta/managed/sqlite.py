@@ -30,8 +30,9 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import astuple
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from ... import failpoints
@@ -48,8 +49,9 @@ from ...errors import (
 from ..actions import MANAGED_COMMITS, OWNER_NAME
 from ..committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
 from ..storage import LocalStorage, Storage
+from .batching import Backfiller, Group
 from .confined import read_staged
-from .database import Connection, Database, Tx
+from .database import Connection, Database, Tx, is_postgres
 from .places import Places
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
 from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide, decide_register, make_proposal
@@ -131,9 +133,9 @@ class SqliteDatabase(Database):
 def open_database(db: str | os.PathLike[str]) -> Database:
     """The owner's database: a `postgresql://` URL (PostgreSQL) or a file path (SQLite)."""
     text = os.fspath(db)
-    from .postgres import PostgresDatabase, is_postgres  # psycopg loads only for an owner on PostgreSQL
-
     if is_postgres(text):
+        from .postgres import PostgresDatabase  # psycopg (~0.5 s to import) loads only for PostgreSQL
+
         database: Database = PostgresDatabase(text)
     else:
         if "://" in text:
@@ -194,6 +196,25 @@ def _land(storage: Storage, path: str, data: bytes) -> bool:
         return True
 
 
+#: how far (in commits beyond the table's batch size) background backfill may fall behind before
+#: committing writers wait for it: bounds what the owner tracks and what readers must ask it for
+MAX_BACKFILL_LAG = 1000
+#: threads copying different tables' commits to their logs in one background backfill pass
+COPY_THREADS = 4
+
+
+@dataclass(frozen=True)
+class _Ratification:
+    """One ratification request, checked outside the transaction (`checked`: the staged file's verdict)."""
+
+    table_id: str
+    version: int
+    staged: str
+    ict: int
+    release: bool
+    checked: Binding | FeedlogError | None
+
+
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -208,6 +229,8 @@ class LocalOwner:
         roots: Sequence[str | os.PathLike[str]] | None = None,
         clock: Clock | None = None,
         storage_options: Mapping[str, str] | None = None,
+        *,
+        background_backfill: bool = False,
     ) -> None:
         #: stamps rows and commits (`updated_ms`, `ratified_ms`): bookkeeping only, no decision reads it
         self.clock: Clock = clock or SystemClock()
@@ -217,6 +240,15 @@ class LocalOwner:
         #: where tables may live (local roots and object-store URL prefixes), and the owner's own
         #: credentials for the stores: never a writer's or a table's
         self.places = Places(roots, storage_options)
+        #: ratifications arriving together share one database transaction (batching.py)
+        self._group: Group[_Ratification, tuple[CommitResponse, TableRow | None]] = Group(self._ratify_group)
+        #: backfill off the commit path (the served owner); the in-process owner backfills before
+        #: it answers, so a process that commits and exits leaves nothing behind un-backfilled
+        self._background = background_backfill
+        self._backfiller = Backfiller(self._backfill_many)
+        #: background backfill copies several tables' files at once (COPY_THREADS, started on first use)
+        self._copy_pool: ThreadPoolExecutor | None = None
+        self._copy_lock = threading.Lock()
 
     # ---- the database --------------------------------------------------------------------------
 
@@ -236,7 +268,16 @@ class LocalOwner:
         Unavailable). If calls are still running after `timeout` seconds, their connections are
         left to be closed when collected: closing one under a running statement crashes the process.
         The owner may be used again afterwards (it reconnects)."""
+        self._backfiller.close(timeout)  # what is queued is backfilled first
+        with self._copy_lock:
+            pool, self._copy_pool = self._copy_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self.database.close(timeout)
+
+    def backfill_idle(self, timeout: float = 30.0) -> bool:
+        """Whether background backfill has nothing queued or running (waiting up to `timeout` s)."""
+        return self._backfiller.wait_idle(timeout)
 
     # ---- where tables may live -----------------------------------------------------------------
 
@@ -410,50 +451,85 @@ class LocalOwner:
             checked = self._staged(storage, version, staged, ict, row.id)
         except FeedlogError as e:
             checked = e
-        with self._write(row.id) as db:
-            row = self._row(row.id, db)  # type: ignore[assignment]
-            recorded = db.execute(
-                "SELECT file FROM commits WHERE table_id = ? AND version = ?", (row.id, version)
-            ).fetchone()
-            request = RatifyRequest(version, staged, ict, release, recorded[0] if recorded else None, checked)
-            outcome = decide(row, request)
-            if isinstance(outcome, Repeat):
-                return Committed(version)  # a repeated request whose first answer was lost
-            if isinstance(outcome, Refuse):
-                if not outcome.winners:
-                    return outcome.conflict
-                winners = db.execute(
-                    "SELECT version, file FROM commits WHERE table_id = ? AND version >= ? ORDER BY version",
-                    (row.id, version),
-                ).fetchall()
-                c = outcome.conflict
-                return CommitConflict(c.version, c.retryable, c.reason, tuple((int(v), str(f)) for v, f in winners))
-            now = self.clock.now_ms()
-            db.execute(
-                "INSERT INTO commits (table_id, version, file, ict, ratified_ms) VALUES (?, ?, ?, ?, ?)",
-                (row.id, version, staged, ict, now),
-            )
-            db.execute(
-                "UPDATE tables SET latest = ?, latest_ict = ?, state = ?, updated_ms = ? WHERE id = ?",
-                (outcome.version, outcome.ict, outcome.state, now, row.id),
-            )
+        response, before = self._group.submit(_Ratification(row.id, version, staged, ict, release, checked))
+        if before is None:
+            return response  # refused, or a repeated request whose first answer was lost
         failpoints.point("owner.ratified")
-        if backfill_due(row, version, release):
-            try:
-                self._backfill(row.id, version)
-            except FeedlogError:
-                if release:
-                    raise  # the caller must learn that the table is not yet usable
-                # the commit is ratified all the same; the next backfill copies it
-        return Committed(version)
+        queued = self._backfiller.requested(row.id)  # a batch already on its way counts as backfilled
+        if backfill_due(before, version, release) and (release or version - queued >= before.batch_size):
+            lag = version - before.backfilled
+            if release or not self._background or lag >= before.batch_size + MAX_BACKFILL_LAG:
+                # a release must be whole in _delta_log before the caller learns it; an owner whose
+                # background backfill fell this far behind makes its writers wait for it
+                try:
+                    self._backfill(row.id, version)
+                except FeedlogError:
+                    if release:
+                        raise  # the caller must learn that the table is not yet usable
+                    # the commit is ratified all the same; the next backfill copies it
+            else:
+                self._backfiller.due(row.id, version)
+        return response
+
+    def _ratify_group(
+        self, items: Sequence[_Ratification]
+    ) -> list[tuple[CommitResponse, TableRow | None] | BaseException]:
+        """Decide and record several ratifications (any tables, any order) in ONE write transaction:
+        each sees the ones before it (two writers racing for a version: the first wins, the second
+        is answered Conflict with the winner). Per item: (answer, the table's row before it if it was
+        ratified now), or the error that item alone gets."""
+        out: list[tuple[CommitResponse, TableRow | None] | BaseException] = []
+        with self._write(*sorted({i.table_id for i in items})) as db:
+            for item in items:
+                out.append(self._ratify_one(db, item))
+        return out
+
+    def _ratify_one(self, db: Tx, item: _Ratification) -> tuple[CommitResponse, TableRow | None] | BaseException:
+        row = self._row(item.table_id, db)
+        if row is None:
+            return NotFound(f"table {shorten(item.table_id)} is not managed by this commit owner")
+        version = item.version
+        recorded = db.execute(
+            "SELECT file FROM commits WHERE table_id = ? AND version = ?", (row.id, version)
+        ).fetchone()
+        request = RatifyRequest(
+            version, item.staged, item.ict, item.release, recorded[0] if recorded else None, item.checked
+        )
+        try:
+            outcome = decide(row, request)
+        except FeedlogError as e:  # this request can never succeed; the others in the group go on
+            return e
+        if isinstance(outcome, Repeat):
+            return Committed(version), None  # a repeated request whose first answer was lost
+        if isinstance(outcome, Refuse):
+            if not outcome.winners:
+                return outcome.conflict, None
+            winners = db.execute(
+                "SELECT version, file FROM commits WHERE table_id = ? AND version >= ? ORDER BY version",
+                (row.id, version),
+            ).fetchall()
+            c = outcome.conflict
+            return CommitConflict(c.version, c.retryable, c.reason, tuple((int(v), str(f)) for v, f in winners)), None
+        now = self.clock.now_ms()
+        db.execute(
+            "INSERT INTO commits (table_id, version, file, ict, ratified_ms) VALUES (?, ?, ?, ?, ?)",
+            (row.id, version, item.staged, item.ict, now),
+        )
+        db.execute(
+            "UPDATE tables SET latest = ?, latest_ict = ?, state = ?, updated_ms = ? WHERE id = ?",
+            (outcome.version, outcome.ict, outcome.state, now, row.id),
+        )
+        return Committed(version), row
 
     def get_commits(self, table: TableRef, start_version: int) -> Commits:
         row = self._table(table)
+        # latest first, then the commits: every version up to that latest which the commits no longer
+        # hold was backfilled before they were read (clients rely on this: ManagedCommitter)
+        latest = self._read("SELECT latest FROM tables WHERE id = ?", (row.id,))
         rows = self._read(
             "SELECT version, file, ict FROM commits WHERE table_id = ? AND version >= ? ORDER BY version",
             (row.id, min(max(start_version, 0), _LIMIT)),
         )
-        latest = self._read("SELECT latest FROM tables WHERE id = ?", (row.id,))
         return Commits([RatifiedCommit(*r) for r in rows], int(latest[0][0]) if latest else row.latest)
 
     def backfill(self, table: TableRef, version: int, auth: Auth) -> int:
@@ -463,6 +539,43 @@ class LocalOwner:
 
     def _backfill(self, table_id: str, upto: int) -> int:
         """Copy ratified commits <= upto to `_delta_log/<v>.json`, strictly in version order, then forget them."""
+        copied = self._copy(table_id, upto)
+        self._forget([copied])
+        return copied[2]
+
+    def _backfill_many(self, tables: Sequence[tuple[str, int]]) -> None:
+        """`_backfill` for several tables (background backfill): each table's files copied in order,
+        then ONE write transaction forgets what all of them copied. Raises the first table's error
+        after recording the others."""
+        copied, errors = [], []
+        if len(tables) == 1:
+            outcomes: list[tuple[TableRow, Storage, int] | FeedlogError] = [self._try_copy(*tables[0])]
+        else:
+            # tables apart (each table's own commits still strictly in order): their fsyncs overlap
+            # and the filesystem's journal commits them together
+            with self._copy_lock:
+                if self._copy_pool is None:
+                    self._copy_pool = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="owner-backfill-copy")
+                pool = self._copy_pool
+            outcomes = list(pool.map(lambda t: self._try_copy(*t), tables))
+        for outcome in outcomes:
+            if isinstance(outcome, FeedlogError):
+                errors.append(outcome)
+            else:
+                copied.append(outcome)
+        self._forget(copied)
+        if errors:
+            raise errors[0]
+
+    def _try_copy(self, table_id: str, upto: int) -> tuple[TableRow, Storage, int] | FeedlogError:
+        try:
+            return self._copy(table_id, upto)
+        except FeedlogError as e:
+            return e
+
+    def _copy(self, table_id: str, upto: int) -> tuple[TableRow, Storage, int]:
+        """Copy a table's ratified commits <= upto to `_delta_log`, in order: (its row, its storage,
+        the version copied through)."""
         row = self._row(table_id)
         if row is None:
             raise NotFound(f"table {table_id} is not managed by this commit owner")
@@ -474,7 +587,12 @@ class LocalOwner:
         done = row.backfilled
         for version, name in pending:
             if version != done + 1:
-                raise Corruption(f"table {table_id}: ratified commits jump from {done} to {version}")
+                # another backfill (the background one, another owner process) may have copied and
+                # forgotten versions between our reading the row and the commits: the row says so
+                now = self._row(table_id)
+                if now is None or now.backfilled < version - 1:
+                    raise Corruption(f"table {table_id}: ratified commits jump from {done} to {version}")
+                done = version - 1
             target = commit_path(version)
             try:
                 data = read_staged(storage, COMMITS_DIR, name)
@@ -492,18 +610,28 @@ class LocalOwner:
                     raise Corruption(f"{row.path}/{target} exists but is not the ratified commit {version}")
             done = version
             failpoints.point("owner.backfilled_one")
-        if done > row.backfilled or row.state == "releasing":
-            with self._write(table_id) as db:
-                db.execute("DELETE FROM commits WHERE table_id = ? AND version <= ?", (table_id, done))
+        return row, storage, done
+
+    def _forget(self, copied: Sequence[tuple[TableRow, Storage, int]]) -> None:
+        """Record what `_copy` copied (one write transaction for all the tables), then delete the
+        staged files of the copied versions."""
+        todo = [
+            (row, storage, done) for row, storage, done in copied if done > row.backfilled or row.state == "releasing"
+        ]
+        if not todo:
+            return
+        with self._write(*sorted({row.id for row, _, _ in todo})) as db:
+            for row, _, done in todo:
+                db.execute("DELETE FROM commits WHERE table_id = ? AND version <= ?", (row.id, done))
                 db.execute(
                     "UPDATE tables SET updated_ms = ?, "
                     "backfilled = CASE WHEN backfilled > ? THEN backfilled ELSE ? END, "
                     "state = CASE WHEN state = 'releasing' AND latest <= ? THEN 'released' ELSE state END "
                     "WHERE id = ?",
-                    (self.clock.now_ms(), done, done, done, table_id),
+                    (self.clock.now_ms(), done, done, done, row.id),
                 )
+        for _, storage, done in todo:
             self._clean_staged(storage, done)
-        return done
 
     @staticmethod
     def _read_log(storage: Storage, path: str) -> bytes:
