@@ -16,10 +16,11 @@ one that cannot be typed refuses the checkpoint rather than dropping it.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from ..errors import Corruption, Unsupported
 from .actions import Action, Add, DomainMetadata, Metadata, Protocol, Remove, Txn, decode_commit
 from .committer import LOG_DIR
 from .parquet import read_parquet, write_parquet
-from .replay import TableState
+from .replay import LazyActions, TableState
 
 LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
 SIDECAR_DIR = f"{LOG_DIR}/_sidecars"
@@ -265,21 +266,151 @@ class Sidecar:
 
 @dataclass
 class Decoded:
-    """One checkpoint file's content: actions, the sidecars it names, its checkpointMetadata version."""
+    """One checkpoint file's content: actions, the sidecars it names, its checkpointMetadata version;
+    with `lazy` decoding, the add and remove rows as Arrow columns (`adds`, `removes`) instead."""
 
     actions: list[Action] = field(default_factory=list)
     sidecars: list[Sidecar] = field(default_factory=list)
     v2_version: int | None = None
+    adds: list[pa.StructArray] = field(default_factory=list)
+    removes: list[pa.StructArray] = field(default_factory=list)
+
+    def files(self) -> LazyActions[Add]:
+        """The adds kept as columns, by path (a later row of a path wins, as in a dict)."""
+        rows = _FileRows("add", self.adds, checked=True)
+        return LazyActions(_paths(self.adds), rows, rows.many)
+
+    def tombstones(self) -> LazyActions[Remove]:
+        rows = _FileRows("remove", self.removes, checked=True)
+        return LazyActions(_paths(self.removes), rows, rows.many)
 
 
-def _parse_rows(table: pa.Table, version: int, out: Decoded) -> None:
-    """Rows of a checkpoint, part or sidecar Parquet file, appended to `out` (protocol and metaData first)."""
+def _valid(table: pa.Table, name: str) -> pa.Array | None:
+    """The non-null rows of column `name` (one action kind), None if it has none: filtering
+    vectorised, so a 10,000-row checkpoint's mostly-null columns cost no Python per row."""
+    if name not in table.column_names:
+        return None
+    col = table.column(name)
+    if col.null_count == len(col):
+        return None
+    return col.drop_null().combine_chunks() if col.null_count else col.combine_chunks()
+
+
+def _file_action(name: str, row: dict[str, Any]) -> dict[str, Any]:
+    """An add or remove row as its JSON had it (what `Add.from_json` / `Remove.from_json` take)."""
+    maps = {k: dict(row[k]) for k in ("partitionValues", "tags") if row.get(k) is not None}
+    if name == "add" and row.get("stats") is None and isinstance(row.get("stats_parsed"), dict):
+        row["stats"] = _counts_of(row["stats_parsed"])
+    row = {k: _strip_nulls(v) for k, v in row.items() if v is not None and k not in maps and k not in _DERIVED}
+    row.update(maps)  # a null partition value is a value, not an absent field
+    return row
+
+
+def _columns_ok(name: str, rows: pa.StructArray) -> bool:
+    """Whether every row of `rows` (non-null adds or removes) decodes without error, so they may be
+    decoded later: the fields `from_json` requires are there, typed, and never null."""
+    types = {f.name: f.type for f in rows.type}
+    required = {"path": pa.types.is_string, "size": pa.types.is_integer, "modificationTime": pa.types.is_integer}
+    if name == "remove":
+        required = {"path": pa.types.is_string}
+    return all(f in types and check(types[f]) and not rows.field(f).null_count for f, check in required.items())
+
+
+def _paths(batches: Sequence[pa.StructArray]) -> dict[str, Any]:
+    live: dict[str, Any] = {}
+    start = 0
+    for rows in batches:
+        paths = rows.field("path").to_pylist()
+        live.update(zip(paths, range(start, start + len(paths)), strict=True))
+        start += len(paths)
+    return live
+
+
+class _FileRows:
+    """Row i (numbered across `batches`) of checkpoint add or remove columns, as an action; each
+    batch's columns become Python lists once, on the first row read from it."""
+
+    def __init__(self, name: str, batches: Sequence[pa.StructArray], checked: bool = False) -> None:
+        #: the rows passed `_columns_ok` (adds may then be built directly; else errors name the field)
+        self.checked = checked
+        self.batches = list(batches)
+        self.starts = [0]
+        for rows in self.batches:
+            self.starts.append(self.starts[-1] + len(rows))
+        self.name = name
+        self.parse: Callable[[Mapping[str, Any]], Any] = Add.from_json if name == "add" else Remove.from_json
+        self.columns: dict[int, dict[str, list[Any]]] = {}
+
+    def _columns(self, b: int) -> dict[str, list[Any]]:
+        cols = self.columns.get(b)
+        if cols is None:
+            rows = self.batches[b]
+            cols = self.columns[b] = {f.name: c.to_pylist() for f, c in zip(rows.type, rows.flatten(), strict=True)}
+        return cols
+
+    def __call__(self, i: int) -> Any:
+        return self.many([i])[0]
+
+    def many(self, indices: Sequence[int]) -> list[Any]:
+        """Rows `indices` (ascending, as a path table lists them: one batch after another)."""
+        out: list[Any] = []
+        lo = 0
+        for _ in range(len(indices) + 1):  # bounded: each round takes at least one index
+            if lo >= len(indices):
+                break
+            b = bisect.bisect_right(self.starts, indices[lo]) - 1
+            hi = bisect.bisect_left(indices, self.starts[b + 1], lo)
+            cols, base = self._columns(b), self.starts[b]
+            js = [i - base for i in indices[lo:hi]]
+            if self.checked and self.name == "add":
+                out.extend(_adds_of(cols, js))
+            else:
+                names = list(cols)
+                values = list(cols.values())
+                for j in js:
+                    row = {n: v[j] for n, v in zip(names, values, strict=True)}
+                    out.append(self.parse(_file_action(self.name, row)))
+            lo = hi
+        return out
+
+
+_ADD_COLUMNS = ("path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags")
+
+
+def _adds_of(cols: dict[str, list[Any]], js: Sequence[int]) -> list[Add]:
+    """Rows `js` of checkpoint add columns: the `Add`s that `Add.from_json(_file_action("add", row))`
+    gives, built without the intermediate dicts (a snapshot's every file goes through here)."""
+    missing = [None] * (max(js, default=-1) + 1)
+    paths, pvs, sizes, mtimes, changes, stats_col, tags_col = (cols.get(k, missing) for k in _ADD_COLUMNS)
+    parsed = cols.get("stats_parsed", missing)
+    others = [(k, v) for k, v in cols.items() if k not in _ADD_COLUMNS and k not in _DERIVED]
+    out = []
+    for j in js:
+        stats, pv, change, tags = stats_col[j], pvs[j], changes[j], tags_col[j]
+        if stats is None and isinstance(parsed[j], dict):
+            stats = _counts_of(parsed[j])
+        extra = {k: _strip_nulls(v[j]) for k, v in others if v[j] is not None} if others else {}
+        out.append(
+            Add(
+                str(paths[j]),
+                {} if pv is None else dict(pv),
+                int(sizes[j]),
+                int(mtimes[j]),
+                True if change is None else bool(change),
+                stats,
+                None if tags is None else dict(tags),
+                extra,
+            )
+        )
+    return out
+
+
+def _parse_rows(table: pa.Table, version: int, out: Decoded, lazy: bool = False) -> None:
+    """Rows of a checkpoint, part or sidecar Parquet file, appended to `out` (protocol and metaData
+    first); with `lazy`, well-formed add and remove rows are kept as columns (`Decoded.adds`)."""
     for name, parse in (("protocol", Protocol.from_json), ("metaData", Metadata.from_json)):
-        if name not in table.column_names:
-            continue
-        for row in table.column(name).to_pylist():
-            if row is None:
-                continue
+        col = _valid(table, name)
+        for row in col.to_pylist() if col is not None else ():
             row = dict(row)
             if name == "metaData":
                 row["configuration"] = dict(row.get("configuration") or [])
@@ -288,33 +419,30 @@ def _parse_rows(table: pa.Table, version: int, out: Decoded) -> None:
                 row["format"] = fmt
                 row = {k: v if k in ("configuration", "format") else _strip_nulls(v) for k, v in row.items()}
             out.actions.append(parse(row))
-    if "checkpointMetadata" in table.column_names:
-        for row in table.column("checkpointMetadata").to_pylist():
-            if row is not None:
-                out.v2_version = int(row["version"])
-    if "sidecar" in table.column_names:
-        for row in table.column("sidecar").to_pylist():
-            if row is not None:
-                tags = row.get("tags")
-                out.sidecars.append(Sidecar.from_json({**row, "tags": dict(tags) if tags else None}))
-    kinds: list[tuple[str, Any]] = [
+    col = _valid(table, "checkpointMetadata")
+    for row in col.to_pylist() if col is not None else ():
+        out.v2_version = int(row["version"])
+    col = _valid(table, "sidecar")
+    for row in col.to_pylist() if col is not None else ():
+        tags = row.get("tags")
+        out.sidecars.append(Sidecar.from_json({**row, "tags": dict(tags) if tags else None}))
+    others: list[tuple[str, Callable[[Mapping[str, Any]], Action]]] = [
         ("txn", Txn.from_json),
         ("domainMetadata", DomainMetadata.from_json),
-        ("add", Add.from_json),
-        ("remove", Remove.from_json),
     ]
-    for name, parse in kinds:
-        if name not in table.column_names:
+    for name, parse_other in others:
+        col = _valid(table, name)
+        for row in col.to_pylist() if col is not None else ():
+            row = {k: _strip_nulls(v) for k, v in row.items() if v is not None}
+            out.actions.append(parse_other(row))
+    for name, kept in (("add", out.adds), ("remove", out.removes)):
+        col = _valid(table, name)
+        if col is None:
             continue
-        for row in table.column(name).to_pylist():
-            if row is None:
-                continue
-            maps = {k: dict(row[k]) for k in ("partitionValues", "tags") if row.get(k) is not None}
-            if name == "add" and row.get("stats") is None and isinstance(row.get("stats_parsed"), dict):
-                row["stats"] = _counts_of(row["stats_parsed"])
-            row = {k: _strip_nulls(v) for k, v in row.items() if v is not None and k not in maps and k not in _DERIVED}
-            row.update(maps)  # a null partition value is a value, not an absent field
-            out.actions.append(parse(row))
+        if lazy and pa.types.is_struct(col.type) and _columns_ok(name, col):
+            kept.append(col)
+            continue
+        out.actions.extend(_FileRows(name, [col]).many(range(len(col))))
 
 
 def _counts_of(parsed: dict[str, Any]) -> str | None:
@@ -327,9 +455,10 @@ def _counts_of(parsed: dict[str, Any]) -> str | None:
 
 
 def decode_parquet(
-    data: bytes, version: int, columns: Sequence[str] | None = None, out: Decoded | None = None
+    data: bytes, version: int, columns: Sequence[str] | None = None, out: Decoded | None = None, lazy: bool = False
 ) -> Decoded:
-    """One Parquet checkpoint file, part, V2 checkpoint or sidecar (only `columns` if given)."""
+    """One Parquet checkpoint file, part, V2 checkpoint or sidecar (only `columns` if given); with
+    `lazy`, its add and remove rows stay columns (`Decoded.adds`, `Decoded.removes`)."""
     out = out if out is not None else Decoded()
     try:
         wanted = None
@@ -340,8 +469,8 @@ def decode_parquet(
     except (pa.ArrowInvalid, OSError) as e:
         raise Corruption(f"checkpoint {version} is not a readable Parquet file: {e}") from None
     try:
-        _parse_rows(table, version, out)
-    except (KeyError, TypeError, ValueError) as e:
+        _parse_rows(table, version, out, lazy)
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
         raise Corruption(f"checkpoint {version} has a malformed action: {e!r}") from None
     return out
 

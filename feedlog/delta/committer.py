@@ -57,7 +57,10 @@ class Committer(Protocol):
         ...
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
-        """Commits >= start_version that are ratified but not yet in `_delta_log/<v>.json`, ascending."""
+        """Ratified commits >= start_version that the caller's listing of `_delta_log` may lack: ascending,
+        contiguous from start_version (or none). A commit owner names those it still tracks by their
+        staged files and those it has backfilled and forgotten (after the caller listed the log,
+        perhaps) by their `_delta_log/<v>.json`, so a caller is never left with a stale latest."""
         ...
 
 

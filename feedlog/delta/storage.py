@@ -24,10 +24,12 @@ GCS, Azure, file://, memory://), and `objectstore.open_storage` turns a location
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import threading
 import uuid
+from stat import S_ISREG
 from typing import NamedTuple, Protocol
 
 from ..clock import Clock, SystemClock
@@ -78,8 +80,39 @@ class LocalStorage:
     def _abs(self, path: str) -> str:
         return os.path.join(self.root, *path.split("/")) if path else self.root
 
+    def _list_after(self, directory: str, prefix: str, start_after: str, stat: bool) -> list[FileInfo]:
+        # A list-from (the log after a checkpoint) skips the old names in C (sort + bisect): looking
+        # at each of 10,000 entries in Python cost more than reading the table's checkpoint (measured).
+        where = self._abs(directory)
+        try:
+            names = os.listdir(where)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise Unavailable(f"cannot list {where}: {e.strerror}") from None
+        names.sort()
+        out = []
+        for name in names[bisect.bisect_right(names, start_after) :]:
+            if name.startswith("."):
+                continue
+            try:
+                st = os.lstat(os.path.join(where, name))
+            except FileNotFoundError:
+                continue  # deleted since the directory was read
+            except OSError as e:
+                raise Unavailable(f"cannot list {where}: {e.strerror}") from None
+            if not S_ISREG(st.st_mode):
+                continue
+            if stat:
+                out.append(FileInfo(prefix + name, st.st_size, st.st_mtime_ns // 1_000_000))
+            else:
+                out.append(FileInfo(prefix + name, None, None))
+        return out
+
     def list(self, directory: str, start_after: str | None = None, stat: bool = True) -> list[FileInfo]:
         prefix = f"{directory}/" if directory else ""
+        if start_after is not None:
+            return self._list_after(directory, prefix, start_after, stat)
         out = []
         try:
             with os.scandir(self._abs(directory)) as it:

@@ -3,6 +3,8 @@
 Components (storage, committer, clock, id source) are passed in; everything
 else is read from the log. Nothing here is cached across calls except what a
 `Snapshot` holds, so two tables objects (or processes) on one location are safe.
+(`log.load_latest` keeps each local table's latest state read in this process, and
+reads the commits after it; it checks the log before each use: see `log._STATES`.)
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import pyarrow as pa
 
 from ..clock import Clock, SystemClock
-from ..errors import AlreadyExists, Conflict, InvalidArgument, Unsupported
+from ..errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unsupported
 from ..rpc import Tls
 from .actions import ENABLE_ICT, ICT, MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Add, Metadata, Protocol
-from .committer import Committer, FilesystemCommitter
+from .committer import Committer, FilesystemCommitter, commit_path
 from .log import (
     Listing,
     Ratified,
     TableNotFound,
     catch_up,
     list_log,
+    list_log_tail,
     list_table,
+    load_latest,
     load_protocol_metadata,
     load_state,
 )
@@ -96,6 +100,9 @@ class DeltaTable:
         self.max_commit_attempts = max_commit_attempts
         #: the newest state this object has seen; never mutated, only replaced
         self._cache: TableState | None = None
+        #: the latest version, protocol and metadata `open` read: a fresh handle's time lookup starts
+        #: from them (while no commit after that version has appeared) instead of loading a snapshot
+        self._head: tuple[int, Protocol, Metadata] | None = None
 
     @property
     def owner_token(self) -> str | None:
@@ -170,8 +177,15 @@ class DeltaTable:
         """
         table = cls(location, owner=owner, **components)
         # the log alone: opening asks no owner (a writer's first read does; a reader's asks a trusted one)
-        load_protocol_metadata(table.storage, list_log(table.storage))
+        table._read_head()
         return table
+
+    def _read_head(self) -> tuple[int, Protocol, Metadata]:
+        """The backfilled log's latest version, protocol and metadata, from its newest checkpoint on."""
+        tail = list_log_tail(self.storage)
+        protocol, metadata = load_protocol_metadata(self.storage, tail)
+        self._head = (tail.latest, protocol, metadata)
+        return self._head
 
     # which committer
 
@@ -204,7 +218,7 @@ class DeltaTable:
         cached = self._cache
         state = catch_up(self.storage, cached, self._ratified(write)) if cached is not None else None
         if state is None:
-            state = load_state(self.storage, self._listing(write=write))
+            state = load_latest(self.storage, self._ratified(write))
         self._cache = state
         return state
 
@@ -237,17 +251,35 @@ class DeltaTable:
 
     def version_at(self, timestamp_ms: int) -> int:
         """The newest version committed at or before `timestamp_ms` (ICT reader rules)."""
-        state = self._latest()
-        e = ict_enablement(state.protocol, state.metadata)
+        protocol: Protocol | None
+        metadata: Metadata | None
+        if self._cache is None:
+            # a fresh handle loads no snapshot: the protocol, metadata and latest version decide,
+            # those `open` read unless a newer commit has appeared since (it may change them)
+            head = self._head
+            if head is None or self._exists(commit_path(head[0] + 1)):
+                head = self._read_head()
+            latest, protocol, metadata = head
+        else:
+            state = self._latest()
+            protocol, metadata, latest = state.protocol, state.metadata, state.version
+        e = ict_enablement(protocol, metadata)
         in_ict_range = e is not None and (e.timestamp is None or timestamp_ms >= e.timestamp)
-        filesystem = self.fixed_committer is None and Binding.of(state.protocol, state.metadata) is None
+        filesystem = self.fixed_committer is None and Binding.of(protocol, metadata) is None
         if in_ict_range and (filesystem or isinstance(self.fixed_committer, FilesystemCommitter)):
             assert e is not None
-            found = ict_version_at(self.storage, e.version, state.version, timestamp_ms)
+            found = ict_version_at(self.storage, e.version, latest, timestamp_ms)
             if found is not None:
                 return found
         # file times, or an answer near the retained log's start: the listing-based timeline
         return self._timeline(self._listing()).version_at(timestamp_ms)
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self.storage.stat(path)
+        except NotFound:
+            return False
+        return True
 
     def ict_enablement(self) -> IctEnablement | None:
         s = self.snapshot()
@@ -376,7 +408,7 @@ class DeltaTable:
         state = self._latest(write=True)
         committer = self.committer_for(state.protocol, state.metadata)
         if not isinstance(committer, ManagedCommitter):
-            return list_log(self.storage).latest  # a filesystem table is always fully backfilled
+            return state.version  # a filesystem table is always fully backfilled
         return committer.backfill(version)
 
     def owner_status(self) -> TableStatus | None:

@@ -44,7 +44,7 @@ def test_table_commands(table_path, capsys):
     assert [h["version"] for h in history] == [3, 2, 1, 0]
     assert history[0]["in_commit_timestamp"] == history[0]["timestamp"] and history[1]["in_commit_timestamp"] is None
     code, out, _ = run(capsys, "table", "history", table_path, "--limit", "1")
-    assert code == 0 and len(out.splitlines()) == 1 and "(ict )" in out
+    assert code == 0 and len(out.splitlines()) == 1 and "(ict) " in out and "(ict )" not in out
 
     ict = history[0]["timestamp"]
     code, out, _ = run(capsys, "table", "version-at", table_path, str(ict))

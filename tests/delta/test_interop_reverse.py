@@ -162,7 +162,7 @@ def test_delta_rs_in_commit_timestamps_if_it_can_write_them(tmp_path: Path) -> N
         deltalake.write_deltalake(
             path, rows(0, 2).cast(SCHEMA), configuration={"delta.enableInCommitTimestamps": "true"}
         )
-    except Exception as e:  # deltalake 1.6 refuses (FIELD-NOTES); a later one that writes ICTs is checked below
+    except Exception as e:  # deltalake 1.6.6 cannot create ICT tables; a later one that writes ICTs is checked below
         pytest.skip(f"deltalake {deltalake.__version__} cannot write in-commit timestamps: {str(e)[:200]}")
     deltalake.write_deltalake(path, rows(2, 2).cast(SCHEMA), mode="append")
     ours = DeltaTable.open(path)

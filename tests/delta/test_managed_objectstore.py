@@ -104,6 +104,7 @@ def test_served_owner_backfills_with_its_own_credentials(
     for v in range(1, 6):
         t.append(rows(v * 10, 3))
     check_rows(reopen(url, s3_server.options, binding), 5)
+    assert served.owner.backfill_idle(20)  # the served owner backfills in the background
     status = served.owner.status(t.snapshot().metadata.id, Auth(TOKEN))
     assert status.path == url and status.latest == 5 and status.backfilled >= 4
 

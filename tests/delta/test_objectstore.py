@@ -28,8 +28,8 @@ COLUMNS = ("seq", "key", "p")
 
 
 def deltalake_rows(url: str, options: dict[str, str], version: int | None = None) -> pa.Table:
-    """Rows as deltalake (delta-rs) reads them, through its own query engine (see FIELD-NOTES on
-    pyarrow aborts after `to_pyarrow_table`)."""
+    """Rows as deltalake (delta-rs) reads them, through its own query engine (pyarrow 25/26 can
+    abort the process at exit after deltalake's `to_pyarrow_table`; this path does not)."""
     import deltalake
 
     dt = deltalake.DeltaTable(url, version=version, storage_options={**options, "timeout": "10s", "max_retries": "1"})

@@ -78,7 +78,8 @@ def table_rows(table: Any) -> list[tuple[Any, ...]]:
 
 
 def read_parquet(table: DeltaTable, path: str) -> pa.Table:
-    """A data file of the table, read from its store through an Arrow buffer (FIELD-NOTES: pyarrow)."""
+    """A data file of the table, read from its store through an Arrow buffer (pyarrow 25/26 can abort at exit after
+    `pq.read_table` on a Python file object; an Arrow buffer does not)."""
     return pq.ParquetFile(pa.BufferReader(table.storage.read(urllib.parse.unquote(path)))).read()
 
 

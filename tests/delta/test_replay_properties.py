@@ -37,7 +37,7 @@ from feedlog.delta.actions import (
     Remove,
     Txn,
 )
-from feedlog.delta.replay import TableState
+from feedlog.delta.replay import LazyActions, TableState
 from feedlog.errors import Corruption
 
 T0 = 1_790_000_000_000
@@ -72,8 +72,24 @@ def ict_on(protocol: Protocol, metadata: Metadata) -> bool:
     )
 
 
+#: fields of an add feedlog keeps without interpreting them (`Add.extra`), as other writers set them
+extras = st.fixed_dictionaries(
+    {},
+    optional={
+        "baseRowId": st.integers(0, 10**6),
+        "clusteringProvider": st.just("liquid"),
+        "deletionVector": st.fixed_dictionaries(
+            {"storageType": st.just("u"), "pathOrInlineDv": st.text("abc", min_size=1, max_size=4)},
+            optional={
+                "offset": st.integers(1, 100),
+                "sizeInBytes": st.integers(1, 100),
+                "cardinality": st.integers(1, 9),
+            },
+        ),
+    },
+)
 adds = st.builds(
-    lambda path, size, stats, tags, data_change: Add(
+    lambda path, size, stats, tags, data_change, extra: Add(
         path,
         _partition(path),
         size,
@@ -81,12 +97,14 @@ adds = st.builds(
         data_change,
         None if stats is None else f'{{"numRecords":{stats}}}',
         tags,
+        extra,
     ),
     st.sampled_from(PATHS),
     st.integers(1, 10_000),
     st.none() | st.integers(0, 1000),
     st.none() | st.dictionaries(st.sampled_from(["ZCUBE_ID", "x"]), st.text(max_size=3), max_size=2),
     st.booleans(),
+    extras,
 )
 removes = st.builds(
     lambda path, ts, data_change, size: Remove(path, ts, data_change, True, _partition(path), size),
@@ -185,8 +203,8 @@ def as_model(state: TableState) -> Model:
         state.version,
         state.protocol,
         state.metadata,
-        state.files,
-        state.tombstones,
+        dict(state.files),
+        dict(state.tombstones),
         state.txns,
         state.domains,
         state.commit_info,
@@ -202,11 +220,19 @@ def replay(log: Sequence[Sequence[Action]], state: TableState | None = None) -> 
 
 def via_checkpoint(state: TableState) -> TableState:
     """`state` written as a checkpoint and read back, as `log.load_state` does (commitInfo comes from
-    the commit file at the checkpoint's version, since checkpoints hold none)."""
+    the commit file at the checkpoint's version, since checkpoints hold none): file actions kept as
+    columns and decoded on demand (`LazyActions`), which must equal decoding every row at once."""
     data, n_actions, n_adds = checkpoint.encode(state)
     actions = checkpoint.decode(data, state.version)
     assert (len(actions), n_adds) == (n_actions, len(state.files))
-    restored = TableState.from_checkpoint(state.version, actions)
+    eager = TableState.from_checkpoint(state.version, actions)
+    decoded = checkpoint.decode_parquet(data, state.version, lazy=True)
+    rest = checkpoint.finish(decoded, state.version)
+    assert not any(isinstance(a, (Add, Remove)) for a in rest)  # well-formed rows all stayed columns
+    restored = TableState.from_checkpoint(state.version, rest, decoded.files(), decoded.tombstones())
+    assert isinstance(restored.files, LazyActions) and isinstance(restored.tombstones, LazyActions)
+    assert list(restored.files) == list(eager.files) and list(restored.tombstones) == list(eager.tombstones)
+    assert restored == eager
     restored.commit_info = state.commit_info
     return restored
 
@@ -240,7 +266,9 @@ def test_replay_through_a_checkpoint_equals_replay_of_the_commits(log: list[list
     prefix = replay(log[: at + 1])
     restored = via_checkpoint(prefix)
     assert without_tombstone_detail(restored) == without_tombstone_detail(prefix)
+    untouched = restored.copy()  # a copy of a checkpoint's state shares its decoded rows, not its paths
     resumed = replay(log, restored)
+    assert without_tombstone_detail(untouched) == without_tombstone_detail(prefix)
     assert without_tombstone_detail(resumed) == without_tombstone_detail(whole)
     assert resumed.files == whole.files and resumed.txns == whole.txns  # what readers and writers use
 

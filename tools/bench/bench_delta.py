@@ -4,12 +4,15 @@
 - small commits: 1,000 one-row appends, ours vs `write_deltalake(mode="append")`
 - version_at on a 10,000-commit table (checkpoint every 100 commits, as delta-rs does) vs
   `DeltaTable.load_as_version(datetime)`
-- snapshot load of that table with and without a checkpoint, vs `DeltaTable(path)`
+- snapshot load of that table (`DeltaTable(path).snapshot()`) with its checkpoint and, on a copy
+  without checkpoints, replaying all commits, vs `deltalake.DeltaTable(path)` on the checkpointed table
 
 Ours writes durably (fsync of data files and commits); delta-rs does not fsync.
 
     python tools/bench/bench_delta.py              # the issue's sizes
     python tools/bench/bench_delta.py --quick      # 10x smaller, for a smoke run
+    python tools/bench/bench_delta.py --only snapshot,version_at --table /tmp/many   # those parts
+        alone, on a 10,000-commit table built once in /tmp/many and reused by later runs
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ import deltalake
 import pyarrow as pa
 
 from feedlog.delta import DeltaTable, LocalStorage
-from feedlog.delta.log import Listing, list_log, load_state
+
+try:  # the process's cache of latest states: emptied before each cold load (older code has none)
+    from feedlog.delta.log import forget_states
+except ImportError:
+
+    def forget_states() -> None:
+        pass
 
 
 def data(n: int) -> pa.Table:
@@ -94,9 +103,15 @@ def small_commits(root: Path, commits: int) -> None:
          ref / ours, "ours/ref")  # fmt: skip
 
 
-def many_commits(root: Path, commits: int) -> tuple[Path, list[int]]:
-    """A table of `commits` one-row commits, a checkpoint every 100; returns the ICT of each version."""
-    path = root / "many"
+def many_commits(root: Path, commits: int, path: Path | None = None) -> tuple[Path, list[int]]:
+    """A table of `commits` one-row commits, a checkpoint every 100; returns the ICT of each version.
+    An existing table at `path` of that many commits is reused (building it takes minutes)."""
+    if path is not None and (path / "_delta_log").exists():
+        t = DeltaTable.open(path)
+        if t.version() == commits:
+            return path, [e.timestamp for e in reversed(t.history())]
+        shutil.rmtree(path)
+    path = path or root / "many"
     one = data(1)
     t = DeltaTable.create(LocalStorage(path, fsync=False), one.schema)
     for v in range(1, commits + 1):
@@ -118,8 +133,9 @@ def version_at(path: Path, times: list[int], probes: int) -> None:
         d.load_as_version(dt.datetime.fromtimestamp(ts / 1000, dt.UTC))
 
     ref = statistics.median(timed(lambda ts=ts: dl_load(ts)) for ts in ref_targets)  # type: ignore[misc]
-    # a fresh handle per call, as the delta-rs side does: includes loading the latest snapshot
-    cold = statistics.median(timed(lambda ts=ts: DeltaTable.open(path).version_at(ts)) for ts in ref_targets)  # type: ignore[misc]
+    # a fresh handle per call, as the delta-rs side does (and no cached state: _cold); ours is quick,
+    # so more targets: a median of many is steadier on a loaded machine
+    cold = statistics.median(timed(_cold(lambda ts=ts: DeltaTable.open(path).version_at(ts))) for ts in targets[:25])  # type: ignore[misc]
     n = len(times) - 1
     line(f"version_at on {n:,} commits (open handle)", f"{ours * 1000:.1f} ms", f"{ref * 1000:.1f} ms", ref / ours,
          "ref/ours")  # fmt: skip
@@ -127,33 +143,79 @@ def version_at(path: Path, times: list[int], probes: int) -> None:
          "ref/ours")  # fmt: skip
 
 
-def snapshot_load(path: Path) -> None:
-    storage = LocalStorage(path)
-    full = list_log(storage)
-    bare = Listing(full.commits, {})
-    with_cp = statistics.median(timed(lambda: load_state(storage, list_log(storage))) for _ in range(5))
-    without = timed(lambda: load_state(storage, bare))
-    ref = statistics.median(timed(lambda: deltalake.DeltaTable(str(path))) for _ in range(5))
-    n = full.latest
+def _without_checkpoints(path: Path) -> Path:
+    """A copy of the table at `path` with the same commits and no checkpoint (nor `_last_checkpoint`)."""
+    bare = path.with_name(path.name + "-nocp")
+    if not bare.exists():
+        shutil.copytree(path, bare, ignore=shutil.ignore_patterns("*.checkpoint.*", "_last_checkpoint", "_sidecars"))
+    return bare
+
+
+def _cold(fn: Callable[[], object]) -> Callable[[], object]:
+    def run() -> object:
+        forget_states()
+        return fn()
+
+    return run
+
+
+def snapshot_load(path: Path, repeats: int = 11) -> None:
+    """The latest snapshot as a user gets it (`DeltaTable(path).snapshot()`: list, read, replay) vs
+    `deltalake.DeltaTable(path)`, which loads its snapshot (files included) when it is made. Cold:
+    the process's cache of latest states emptied first (delta-rs keeps none across handles); warm:
+    the table read before in this process, so only the log's tail is listed and checked."""
+    bare = _without_checkpoints(path)
+    ours_cp, ours_bare, ref_runs, ref_bare, files_runs, ref_files, warm = [], [], [], [], [], [], []
+    for _ in range(repeats):  # interleaved, median: the machine's load hits both alike
+        ref_runs.append(timed(lambda: deltalake.DeltaTable(str(path))))
+        ours_cp.append(timed(_cold(lambda: DeltaTable(path).snapshot())))
+        ref_bare.append(timed(lambda: deltalake.DeltaTable(str(bare))))
+        ours_bare.append(timed(_cold(lambda: DeltaTable(bare).snapshot())))
+        warm.append(timed(lambda: DeltaTable(bare).snapshot()))  # the cold load above primed it
+        # the same plus every live file as an object (ours builds them on demand)
+        files_runs.append(timed(_cold(lambda: DeltaTable(path).snapshot().files())))
+        ref_files.append(timed(lambda: deltalake.DeltaTable(str(path)).get_add_actions()))
+    ref, with_cp, without = statistics.median(ref_runs), statistics.median(ours_cp), statistics.median(ours_bare)
+    n = DeltaTable(path).version()
     line(f"snapshot load, {n:,} commits, checkpoint", f"{with_cp * 1000:.1f} ms", f"{ref * 1000:.1f} ms",
          ref / with_cp, "ref/ours")  # fmt: skip
     line(f"snapshot load, {n:,} commits, no checkpoint", f"{without * 1000:.1f} ms", f"{ref * 1000:.1f} ms",
          ref / without, "ref/ours")  # fmt: skip
+    rb = statistics.median(ref_bare)
+    line("  (the same, delta-rs also without checkpoint)", f"{without * 1000:.1f} ms", f"{rb * 1000:.1f} ms",
+         rb / without, "ref/ours")  # fmt: skip
+    w = statistics.median(warm)
+    line("  (no checkpoint, warm: read before in-process)", f"{w * 1000:.1f} ms", f"{ref * 1000:.1f} ms", ref / w,
+         "ref/ours")  # fmt: skip
+    fr, ff = statistics.median(ref_files), statistics.median(files_runs)
+    line("  (checkpoint, + every file: files()/get_add_actions)", f"{ff * 1000:.1f} ms", f"{fr * 1000:.1f} ms",
+         fr / ff, "ref/ours")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="10x smaller sizes")
+    parts = ("bulk", "small", "version_at", "snapshot")
+    ap.add_argument("--only", default=",".join(parts), help=f"comma-separated parts to run, of {','.join(parts)}")
+    ap.add_argument("--table", type=Path, help="build the many-commit table here and keep it (reused if present)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    if only - set(parts):
+        ap.error(f"unknown part(s) {sorted(only - set(parts))}; choose among {','.join(parts)}")
     scale = 10 if args.quick else 1
     root = Path(tempfile.mkdtemp(prefix="bench-delta-"))
     try:
         print(f"deltalake {deltalake.__version__}, pyarrow {pa.__version__}, {os.cpu_count()} cpus")
-        bulk(root, 1_000_000 // scale)
-        small_commits(root, 1_000 // scale)
-        path, times = many_commits(root, 10_000 // scale)
-        version_at(path, times, probes=50)
-        snapshot_load(path)
+        if "bulk" in only:
+            bulk(root, 1_000_000 // scale)
+        if "small" in only:
+            small_commits(root, 1_000 // scale)
+        if only & {"version_at", "snapshot"}:
+            path, times = many_commits(root, 10_000 // scale, args.table)
+            if "version_at" in only:
+                version_at(path, times, probes=50)
+            if "snapshot" in only:
+                snapshot_load(path)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

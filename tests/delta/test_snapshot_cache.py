@@ -1,0 +1,114 @@
+"""The process's cache of latest table states (`log.load_latest`): a table opened again reads only the
+commits written since, and the cache never serves another table's state or a stale one."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+import pytest
+
+from feedlog.delta import DeltaTable, LocalStorage
+from feedlog.delta import log as delta_log
+from feedlog.delta.log import list_log, load_state
+
+from .conftest import rows
+
+
+@pytest.fixture(autouse=True)
+def empty_cache() -> Iterator[None]:
+    delta_log.forget_states()
+    yield
+    delta_log.forget_states()
+
+
+def fresh(path: object) -> dict[str, object]:
+    """What a reader that never saw the table gets (the log read whole, no cache)."""
+    storage = LocalStorage(str(path))
+    state = load_state(storage, list_log(storage))
+    return {"version": state.version, "files": dict(state.files), "metadata": state.metadata, "txns": state.txns}
+
+
+def cached(path: object) -> dict[str, object]:
+    s = DeltaTable(str(path)).snapshot()
+    return {"version": s.version, "files": dict(s.state.files), "metadata": s.metadata, "txns": s.state.txns}
+
+
+def test_a_table_read_again_is_extended_by_the_commits_since(
+    new_table: Callable[..., DeltaTable], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = new_table()
+    path = t.storage.location
+    t.append(rows(0, 5))
+    assert cached(path) == fresh(path)
+    assert path in delta_log._STATES
+    reads: list[str] = []
+    storage_read = LocalStorage.read
+
+    def counting(self: LocalStorage, p: str) -> bytes:
+        reads.append(p)
+        return storage_read(self, p)
+
+    writer = DeltaTable(path)
+    writer.append(rows(5, 5), txn=("app", 1))
+    writer.append(rows(10, 5))
+    monkeypatch.setattr(LocalStorage, "read", counting)  # the real read, counted
+    again = cached(path)
+    monkeypatch.undo()
+    assert again == fresh(path) and again["version"] == 3
+    # the cached version's commit (its fingerprint) and the ones written since; nothing older
+    commits = sorted(p.rsplit("/", 1)[-1] for p in reads if p.endswith(".json"))
+    assert commits[0] == "00000000000000000001.json" and "00000000000000000003.json" in commits
+
+
+def test_a_table_created_again_at_the_same_place_is_not_served_from_the_cache(
+    new_table: Callable[..., DeltaTable], tmp_path: object
+) -> None:
+    t = new_table()
+    path = t.storage.location
+    for i in range(3):
+        t.append(rows(i, 1))
+    assert cached(path)["version"] == 3
+    shutil.rmtree(path)
+    other = pa.schema([("x", pa.int64())])
+    u = DeltaTable.create(path, other)  # a different table, and as many commits as the cached one had
+    for i in range(3):
+        u.append(pa.table({"x": [i]}, schema=other))
+    got = cached(path)
+    assert got == fresh(path) and DeltaTable(path).snapshot().schema == other
+    shutil.rmtree(path)
+    DeltaTable.create(path, other)  # fewer commits than the cached version
+    assert cached(path) == fresh(path) and cached(path)["version"] == 0
+
+
+def test_a_rewritten_commit_at_the_cached_version_is_not_trusted(new_table: Callable[..., DeltaTable]) -> None:
+    t = new_table()
+    path = t.storage.location
+    t.append(rows(0, 2))
+    assert cached(path)["version"] == 1
+    # version 1 replaced by another commit 1 (a table restored from a backup taken before the last
+    # append, then appended to by another writer): the cached state of version 1 is not this one
+    other = new_table("other")
+    other.append(rows(100, 7))
+    commit_1 = "_delta_log/00000000000000000001.json"
+    t.storage.write_atomic(commit_1, other.storage.read(commit_1))
+    assert cached(path) == fresh(path)
+    assert DeltaTable(path).snapshot().num_records() == 7
+
+
+def test_the_cache_is_bounded(new_table: Callable[..., DeltaTable]) -> None:
+    paths = [new_table(f"t{i}").storage.location for i in range(delta_log._KEEP + 3)]
+    for p in paths:
+        cached(p)
+    assert len(delta_log._STATES) == delta_log._KEEP
+    assert list(delta_log._STATES) == paths[-delta_log._KEEP :]  # the least recently read went first
+
+
+def test_a_state_handed_out_is_a_copy(new_table: Callable[..., DeltaTable]) -> None:
+    t = new_table()
+    path = t.storage.location
+    t.append(rows(0, 3))
+    for _ in range(2):  # the state read (a miss), then the one extended from the cache (a hit)
+        DeltaTable(path).snapshot().state.files.clear()  # a caller changing its state changes nobody else's
+        assert cached(path) == fresh(path)
