@@ -19,6 +19,7 @@ from feedlog.log import entries, merkle
 from feedlog.log.core import KEY_FILE, check_batch
 from feedlog.log.crypto import KeyPair, Verifier
 from feedlog.log.feed import DEFAULT_TIMESTAMPS, Feed
+from feedlog.log.timestamps import TimestampPolicy, parse_duration
 
 from .events import event
 from .group_commit import GroupCommitter
@@ -104,17 +105,31 @@ class FeedHost:
             raise NotFound(f"this peer hosts no feed with discovery key {dkey.hex()}")
         return hf
 
-    def replica(self, key: bytes) -> HostedFeed:
-        """The hosted feed `key`, created empty if new (a follower's first step)."""
+    def replica(self, key: bytes, timestamps: str = "", ttl: str = "") -> HostedFeed:
+        """The hosted feed `key`, created empty if new (a follower's first step).
+
+        `timestamps`/`ttl`: the writer's settings, if it said them (a push does), kept to report them.
+        """
         with self._lock:
             if key in self._feeds:
                 return self._feeds[key]
-            hf = self._add(Feed.create_replica(self.root / key.hex(), key, fsync=self.fsync))
+            replica = Feed.create_replica(
+                self.root / key.hex(), key, fsync=self.fsync, timestamps=timestamps or None, ttl=ttl or None
+            )
+            hf = self._add(replica)
         event("feed_created", feed=key.hex(), owned=False)
         return hf
 
     def accept(
-        self, key: bytes, blocks: list[bytes], signature: bytes, fork: int, *, authorized: bool = False
+        self,
+        key: bytes,
+        blocks: list[bytes],
+        signature: bytes,
+        fork: int,
+        *,
+        authorized: bool = False,
+        timestamps: str = "",
+        ttl: str = "",
     ) -> HostedFeed:
         """A signed append at length 0 to a feed not hosted yet: checked *before* anything is created.
 
@@ -132,7 +147,11 @@ class FeedHost:
         except Corruption as e:
             raise InvalidArgument(f"a new feed must start with its header block: {e}") from None
         entries.scan_blocks(content_type, 0, blocks, strict=True)
-        return self.replica(key)
+        if timestamps:  # malformed settings are refused like any malformed field, before anything exists
+            TimestampPolicy.parse(timestamps)
+        if ttl:
+            parse_duration(ttl)
+        return self.replica(key, timestamps, ttl)
 
     def create(self, content_type: str, timestamps: str, ttl: str | None) -> HostedFeed:
         """A new feed owned by this peer (it generates and keeps the key pair)."""

@@ -8,13 +8,15 @@ server package, never the reverse); `python -m feedlog_server ARGS` is
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from feedlog.errors import FeedlogError, InvalidArgument, exit_code
+from feedlog.errors import FeedlogError, InvalidArgument, Unavailable, exit_code
 
 from .auth import TOKEN_ENV
 
@@ -113,6 +115,7 @@ def serve_peer(ns: argparse.Namespace) -> None:
 
     tls = _server_tls(ns)
     require_tls_off_loopback(ns.listen, tls, ns.insecure)
+    check_listen(ns.listen)
     tokens: list[str] | None = None  # None: the peer generates one (unless --client-ca)
     if ns.write_token_file or os.environ.get(TOKEN_ENV):
         tokens = []
@@ -152,6 +155,7 @@ def serve_owner(ns: argparse.Namespace) -> None:
 
     tls = _server_tls(ns)
     require_tls_off_loopback(ns.listen, tls, ns.insecure)  # table tokens travel in every commit's metadata
+    check_listen(ns.listen)
     from feedlog.delta.objectstore import parse_storage_options
 
     options = parse_storage_options(ns.storage_option)
@@ -159,6 +163,44 @@ def serve_owner(ns: argparse.Namespace) -> None:
     server = OwnerServer(ns.db, ns.listen, roots=ns.root or None, tls=tls, storage_options=options)
     configure(logging.DEBUG if ns.verbose else logging.INFO)
     serve_forever(server)
+
+
+def check_listen(listen: str) -> None:
+    """Refuse a --listen that is not HOST:PORT, or whose port another process holds, before serving.
+
+    gRPC would find out too, but only after logging its own line (`E... add_port.cc: Failed
+    to add port`) and with a message pointing at GRPC_VERBOSITY: the operator gets
+    one clean line instead. The probe binds as gRPC does (SO_REUSEADDR, no SO_REUSEPORT)
+    and lets go at once; port 0 (any free port) needs no probe.
+    """
+    host, sep, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise InvalidArgument(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:7000")
+    if int(port) == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise InvalidArgument(f"--listen {listen}: cannot resolve {host!r}: {e.strerror}") from None
+    failures: list[OSError] = []
+    for family, kind, proto, _name, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+                return  # gRPC serves when one resolved address binds (localhost: 127.0.0.1 without ::1)
+            except OSError as e:
+                failures.append(e)
+    codes = {e.errno for e in failures}
+    if errno.EADDRINUSE in codes:
+        raise Unavailable(
+            f"cannot listen on {listen}: the port is in use by another process; stop it or give another --listen"
+        )
+    if errno.EADDRNOTAVAIL in codes:
+        raise InvalidArgument(f"cannot listen on {listen}: not an address of this machine")
+    if failures:
+        raise Unavailable(f"cannot listen on {listen}: {failures[0].strerror}")
 
 
 def _server_tls(ns: argparse.Namespace) -> ServerTls | None:
@@ -179,10 +221,10 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """A usage mistake is one line, as in the `feedlog` command."""
+    """A usage mistake is one line, as in the `feedlog` command (`feedlog: error: serve: ...`)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        raise UsageError(f"serve: {message} (see {self.prog} --help)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         serve_peer(parser.parse_args(argv))
     except UsageError as e:
-        print(e, file=sys.stderr)
+        print(f"feedlog: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except FeedlogError as e:
         print(f"feedlog: error: {e}", file=sys.stderr)
@@ -203,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("feedlog: interrupted", file=sys.stderr)
         return 130
     except OSError as e:
-        print(f"feedlog: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        what = e.strerror or str(e)
+        print(f"feedlog: error: {e.filename}: {what}" if e.filename else f"feedlog: error: {what}", file=sys.stderr)
         return 1
     return 0

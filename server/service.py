@@ -21,6 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import grpc
+import numpy  # noqa: F401  # Core.segments' (serving a Read): loaded with the service, not on a reader's clock
 from google.protobuf.message import Message
 
 from feedlog.errors import (
@@ -34,7 +35,7 @@ from feedlog.errors import (
 )
 from feedlog.log import merkle
 from feedlog.log.feed import Write
-from feedlog.log.timestamps import TimestampPolicy
+from feedlog.log.timestamps import TimestampPolicy, format_duration
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
 from feedlog.replication import wire
@@ -110,6 +111,9 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             writable=hf.committer is not None,
             header=(f.core.get(0) or b"") if f.length else b"",
         )
+        if f.settings_known:  # the writer's settings, for `info grpc://` and what a clone keeps
+            m.timestamps = str(f.settings.timestamps)
+            m.ttl = format_duration(f.settings.ttl_ms) if f.settings.ttl_ms else ""
         if f.core.min_ts:
             m.min_timestamp = f.core.min_ts
         if f.core.max_ts:
@@ -124,7 +128,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     def _response(self, hf: HostedFeed, pos: int, end: int, budget: int, roots: bool) -> tuple[pb.ReadResponse, int]:
         """The next message from `pos` (no segments if nothing is there), and where the one after starts."""
-        segs = hf.feed.core.segments(pos, end, budget)
+        segs = hf.feed.core.segments(pos, end, budget, check=False)  # the reader verifies every block it stores
         resp = pb.ReadResponse(segments=[wire.segment_pb(s) for s in segs])
         if roots and segs:
             resp.roots.extend(wire.node_pb(n) for n in merkle.nodes_for_roots(pos, hf.feed.core.node))
@@ -188,7 +192,15 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             if request.expected_length != 0:
                 raise
             self.guard.may_create(context, principal, key)
-            hf = self.host.accept(key, blocks, request.signature, request.fork, authorized=True)
+            hf = self.host.accept(
+                key,
+                blocks,
+                request.signature,
+                request.fork,
+                authorized=True,
+                timestamps=request.timestamps,
+                ttl=request.ttl,
+            )
         try:
             state = hf.feed.append_with_signature(request.expected_length, blocks, request.signature, fork=request.fork)
         except Conflict as e:
@@ -202,17 +214,22 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
     @unary
     def Put(self, request: pb.PutRequest, context: grpc.ServicerContext) -> pb.PutResponse:
         self.guard.writer(context, "Put")
-        fut = self._submit(request)
+        fut = self._submit(request, lead=True)
         return self._put_response(fut, context.time_remaining())
 
-    def _submit(self, request: pb.PutRequest) -> Future[Result]:
+    def _submit(self, request: pb.PutRequest, *, lead: bool = False) -> Future[Result]:
+        """Queue the request's entries for the feed's next group commit; with `lead` (a caller that
+        will block on the answer) commit the queued group in this thread if none is being committed."""
         hf = self.host.get(wire.check_key(request.feed))
         committer = hf.committer_or_raise()
         if len(request.entries) > MAX_PUT_ENTRIES:
             raise InvalidArgument(f"{len(request.entries)} entries in one request; the limit is {MAX_PUT_ENTRIES}")
         writes = [write_of(p) for p in request.entries]
         hf.feed.check(writes)
-        return committer.submit(writes)
+        fut = committer.submit(writes)
+        if lead:
+            committer.lead(fut)
+        return fut
 
     def _put_response(self, fut: Future[Result], timeout: float | None) -> pb.PutResponse:
         try:

@@ -22,11 +22,11 @@ import shutil
 import sys
 import threading
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import failpoints
 from ..errors import (
@@ -43,6 +43,9 @@ from ..errors import (
 from . import merkle, storage
 from .crypto import KeyPair, Signer, Verifier, leaf_hash, tree_signable
 from .merkle import Node, Proof, TreeState
+
+if TYPE_CHECKING:
+    import numpy as np
 
 KEY_FILE = "key"
 #: marks the directory a create builds a feed in, beside its final path: `.NAME.creating-RANDOM`
@@ -74,6 +77,10 @@ SEGMENT_FRAMING = 192
 _EMPTY_HASH = merkle.roots_hash([])
 _ENTRY_SIZE = storage.INDEX_ENTRY.size
 _NODE_SIZE = storage.NODE.size
+#: index entries `segments` counts its budget over at a time
+SEGMENT_ROWS = 4096
+#: an index entry as numpy reads it (storage.INDEX_ENTRY)
+_INDEX_ROW = [("offset", "<u8"), ("length", "<u4"), ("flags", "<u4")]
 
 
 def segment_cost(block: bytes | None, *, first: bool) -> int:
@@ -656,7 +663,7 @@ class Core:
             ends = self._records()
             return ends[bisect_right(ends, seq)]
 
-    def segments(self, start: int, end: int, max_bytes: int) -> list[Segment]:
+    def segments(self, start: int, end: int, max_bytes: int, *, check: bool = True) -> list[Segment]:
         """Blocks from `start` as signed batches, at most `max_bytes` of them once encoded.
 
         Ends at the first batch boundary at or after `end` (so the last segment
@@ -665,33 +672,99 @@ class Core:
         not fit comes in parts, only the last with a state (a reader verifies
         once the rest arrives), and a block larger than the budget comes alone.
         Always returns at least one block if `start < min(end, length)`.
+
+        Blocks are checked against their leaf hashes like `get` unless `check`
+        is False: a peer serving a Read leaves that to the reader, which hashes
+        every block into the tree its author signed before storing any (issue
+        17: the peer re-hashed every block it served). The budget is counted
+        over up to SEGMENT_ROWS index entries at a time (numpy), and the blocks
+        taken are read with one pread where they lie together.
         """
+        import numpy as np  # here, not at the top: numpy costs every command's start, and most read no segments
+
         with self.lock:
             end = min(end, self.length)
             if not 0 <= start < end:
                 return []
             ends = self._records()
-            i = bisect_right(ends, start)
             stop = ends[bisect_right(ends, end - 1)]  # the batch boundary that covers end - 1
         out: list[Segment] = []
         size = 0  # encoded bytes of everything gathered so far
         blocks: list[bytes | None] = []
         cleared: list[Node] = []
-        seg_start = start
-        for seq, block in self.get_range(start, stop):
-            cost = segment_cost(block, first=not blocks)
-            if size + cost > max_bytes and (out or blocks):
-                break  # never over the budget; only a block alone may be larger
-            size += cost
-            if block is None:
+        seg_start = pos = start
+        while pos < stop:
+            hi = min(pos + SEGMENT_ROWS, stop)
+            rows = self._index_rows(pos, hi)
+            gone = (rows["flags"] & storage.CLEARED) != 0
+            cost = np.where(gone, CLEARED_NODE_BYTES, rows["length"].astype(np.int64)) + BLOCK_FRAMING
+            first = np.zeros(hi - pos, bool)  # a segment's first block: the read's, and each batch's
+            first[np.array(ends[bisect_left(ends, pos) : bisect_left(ends, hi)], np.int64) - pos] = True
+            first[0] |= pos == start
+            cost[first] += SEGMENT_FRAMING
+            total = np.cumsum(cost) + size
+            take = int(np.searchsorted(total, max_bytes, "right"))  # never over the budget...
+            if not take and pos == start:
+                take = 1  # ...but a block alone may be larger
+            if not take:
+                break
+            size = int(total[take - 1])
+            got = self._read_rows(pos, rows[:take], gone[:take], check)
+            for seq in (pos + np.flatnonzero(gone[:take])).tolist():
                 cleared.append(self.node(2 * seq))
-            blocks.append(block)
-            if seq + 1 == ends[i]:
-                out.append(Segment(seg_start, blocks, cleared, self._record_state(i)))
-                blocks, cleared, seg_start = [], [], seq + 1
+            k = 0
+            i = bisect_right(ends, pos)
+            while i < len(ends) and ends[i] <= pos + take:  # batches that end among these blocks
+                blocks += got[k : ends[i] - pos]
+                k = ends[i] - pos
+                seg_cleared = [n for n in cleared if n.index < 2 * ends[i]]
+                out.append(Segment(seg_start, blocks, seg_cleared, self._record_state(i)))
+                cleared = cleared[len(seg_cleared) :]
+                blocks, seg_start = [], ends[i]
                 i += 1
+            blocks += got[k:]
+            if pos + take < hi:
+                break  # the budget ran out
+            pos = hi
         if blocks:  # the budget ran out inside a batch: the rest comes next
             out.append(Segment(seg_start, blocks, cleared, None))
+        return out
+
+    def _index_rows(self, lo: int, hi: int) -> np.ndarray:
+        """Index entries of seqs [lo, hi) as an array of (offset, length, flags), in one read."""
+        import numpy as np
+
+        raw = os.pread(self._index, (hi - lo) * _ENTRY_SIZE, lo * _ENTRY_SIZE)
+        if len(raw) != (hi - lo) * _ENTRY_SIZE:
+            raise Corruption(f"{self.path}: index entries {lo}..{hi - 1} are missing")
+        return np.frombuffer(raw, _INDEX_ROW)
+
+    def _read_rows(self, lo: int, rows: np.ndarray, gone: np.ndarray, check: bool) -> list[bytes | None]:
+        """The blocks of index `rows` (seqs from `lo`), None where cleared; hash-checked if `check`."""
+        import numpy as np
+
+        live = np.flatnonzero(~gone)
+        out: list[bytes | None] = [None] * len(rows)
+        if not live.size:
+            return out
+        offs, lens = rows["offset"][live].astype(np.int64), rows["length"][live].astype(np.int64)
+        first, last = int(offs.min()), int((offs + lens).max())
+        if last - first <= max(READ_BYTES, 2 * int(lens.sum())):  # together in the log: one read
+            data = os.pread(self._log, last - first, first)
+            if len(data) != last - first:
+                raise Corruption(f"{self.path}: the log ends inside blocks {lo}..{lo + len(rows) - 1}")
+            for k, o, n in zip(live.tolist(), (offs - first).tolist(), lens.tolist(), strict=True):
+                out[k] = data[o : o + n]
+        else:  # far apart (cleared blocks' bytes between them): a read per block
+            for k, o, n in zip(live.tolist(), offs.tolist(), lens.tolist(), strict=True):
+                out[k] = os.pread(self._log, n, o)
+        if check:
+            tree = os.pread(self._tree, (2 * len(rows) - 1) * _NODE_SIZE, 2 * lo * _NODE_SIZE)
+            for k in live.tolist():
+                block = out[k]
+                h = 2 * k * _NODE_SIZE
+                if block is None or len(block) != rows["length"][k] or leaf_hash(block) != tree[h : h + 32]:
+                    raise Corruption(f"{self.path}: block {lo + k} fails its hash check")
         return out
 
     # ---- reads ----------------------------------------------------------------------
@@ -854,8 +927,20 @@ class Core:
             os.fsync(self._log)
             return len(todo)
 
-    def verify(self) -> VerifyReport:
-        """Re-hash every stored block, rebuild every tree node and check the latest signature."""
+    def first_cleared(self, start: int, end: int) -> int | None:
+        """The first seq in [start, end) whose payload compaction cleared, or None (reads only the index)."""
+        chunk = 1 << 16
+        for lo in range(max(start, 0), min(end, self.length), chunk):
+            for k, (_off, _n, flags) in enumerate(self._entries(lo, min(lo + chunk, end, self.length))):
+                if flags & storage.CLEARED:
+                    return lo + k
+        return None
+
+    def verify(self, on_progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Re-hash every stored block, rebuild every tree node and check the latest signature.
+
+        `on_progress(n)`: blocks 0..n-1 re-hashed and matching the stored tree so far.
+        """
         roots: list[Node] = []
         cleared = 0
         chunk = 4096
@@ -875,6 +960,8 @@ class Core:
                 if self.node(node.index) != node:
                     what = f"block {node.index // 2}" if node.index % 2 == 0 else f"tree node {node.index}"
                     raise Corruption(f"{self.path}: {what} does not match the stored tree")
+            if on_progress is not None:
+                on_progress(hi)
         th = merkle.roots_hash(roots)
         if th != self._state.tree_hash:
             raise Corruption(f"{self.path}: blocks do not hash to the signed tree hash")

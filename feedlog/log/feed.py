@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,7 @@ class FeedSettings:
         try:
             return cls(
                 content_type=str(raw["type"]),
-                timestamps=TimestampPolicy.parse(str(raw["timestamps"])),
+                timestamps=TimestampPolicy.parse_stored(str(raw["timestamps"])),
                 ttl_ms=parse_duration(raw["ttl"]) if raw.get("ttl") else None,
                 fsync=raw.get("fsync", "always") != "never",
             )
@@ -158,9 +158,14 @@ def _ttl(t: int | str | None) -> int | None:
 
 
 class Feed:
-    def __init__(self, core: Core, settings: FeedSettings, clock: Clock | None = None) -> None:
+    def __init__(
+        self, core: Core, settings: FeedSettings, clock: Clock | None = None, *, settings_known: bool = True
+    ) -> None:
         self.core = core
         self.settings = settings
+        #: whether `settings` (timestamp policy, TTL) are the writer's: false for a replica never told
+        #: them (they are the writer's choice, not part of the signed log), which then reports none
+        self.settings_known = settings_known
         # seed from our own persisted timestamps only: a replica's were written by another clock
         floor = settings.timestamps.clock_floor(core.max_ts) if core.can_sign else 0
         self.clock = MonotonicClock(clock or SystemClock(), floor)
@@ -200,11 +205,12 @@ class Feed:
     def open(cls, path: str | os.PathLike[str], *, writable: bool = True, clock: Clock | None = None) -> Feed:
         p = Path(path)
         core = Core.open(p, writable=writable)
+        known = True
         try:
             try:
                 settings = FeedSettings.from_json(json.loads((p / SETTINGS_FILE).read_text()))
             except FileNotFoundError:
-                settings = FeedSettings()
+                settings, known = FeedSettings(), False
             except ValueError as e:
                 raise Corruption(f"{p / SETTINGS_FILE}: {e}") from None
             if not core.length and core.can_sign:
@@ -222,15 +228,36 @@ class Feed:
         except BaseException:
             core.close()
             raise
-        return cls(core, settings, clock)
+        return cls(core, settings, clock, settings_known=known or core.can_sign)
 
     @classmethod
-    def create_replica(cls, path: str | os.PathLike[str], key: bytes, *, fsync: bool = True) -> Feed:
-        """An empty copy of someone else's feed: no secret key, filled with batches they signed."""
+    def create_replica(
+        cls,
+        path: str | os.PathLike[str],
+        key: bytes,
+        *,
+        fsync: bool = True,
+        timestamps: TimestampPolicy | str | None = None,
+        ttl: int | str | None = None,
+    ) -> Feed:
+        """An empty copy of someone else's feed: no secret key, filled with batches they signed.
+
+        `timestamps`/`ttl`: the writer's settings as the source reported them (a clone keeps
+        them to show in `info`); without `timestamps` the replica reports none.
+        """
         if len(key) != 32:
             raise InvalidArgument(f"a feed key is 32 bytes, got {len(key)}")
-        core = Core.create(path, KeyPair(key, None), fsync=fsync)
-        return cls(core, FeedSettings(fsync=fsync))
+        if timestamps is None:
+            core = Core.create(path, KeyPair(key, None), fsync=fsync)
+            return cls(core, FeedSettings(fsync=fsync), settings_known=False)
+        policy = _policy(timestamps)
+        assert policy is not None
+        settings = FeedSettings(timestamps=policy, ttl_ms=_ttl(ttl), fsync=fsync)
+
+        def init(core: Core) -> None:
+            storage.atomic_write(core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode())
+
+        return cls(Core.create(path, KeyPair(key, None), fsync=fsync, init=init), settings)
 
     def close(self) -> None:
         try:
@@ -311,9 +338,11 @@ class Feed:
 
     def store_signed(self, blocks: Sequence[bytes], state: TreeState, *, sync: bool = True) -> None:
         """Store a batch its author signed (replication); refused unless it verifies."""
+        from .entry_scan import timestamp_range  # here: numpy and pyarrow cost every command's start
+
         start = self.core.length
         content_type = entries.decode_header(blocks[0]) if start == 0 and blocks else self.content_type
-        lo, hi = entries.scan_blocks(content_type, start, blocks, strict=False)
+        lo, hi = timestamp_range(content_type, start, blocks)  # scan_blocks(strict=False), a batch at a time
         self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=sync)
         self._stored(start, content_type)
 
@@ -427,8 +456,9 @@ class Feed:
         cleared = self.core.clear(sorted(victims))
         return CompactReport(cleared, size)
 
-    def verify(self) -> VerifyReport:
-        return self.core.verify()
+    def verify(self, on_progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Re-hash every block and check the signed root; `on_progress(n)`: blocks 0..n-1 checked so far."""
+        return self.core.verify(on_progress)
 
     def info(self) -> dict[str, Any]:
         state = self.core.state
@@ -446,8 +476,8 @@ class Feed:
             "fork": state.fork,
             "signature": state.signature.hex(),
             "writable": self.core.can_sign,
-            "timestamps": str(self.settings.timestamps),
-            "ttl": format_duration(self.settings.ttl_ms) if self.settings.ttl_ms else None,
+            "timestamps": str(self.settings.timestamps) if self.settings_known else None,
+            "ttl": format_duration(self.settings.ttl_ms) if self.settings.ttl_ms and self.settings_known else None,
             "first_timestamp": first,
             "last_timestamp": last,
             "min_timestamp": self.core.min_ts or None,

@@ -183,6 +183,45 @@ def _digest(h: Any, data: bytes) -> bytes:
     return h.digest()  # type: ignore[no-any-return]
 
 
+def leaf_hashes(blocks: Sequence[bytes], sizes: Sequence[int]) -> list[bytes]:
+    """`leaf_hash` of each block (`sizes` their lengths), in one comprehension: a reader's hot loop."""
+    if sizes and max(sizes) < len(_LEAF_PREFIXES):  # small blocks: H(prefix || block) in one update
+        copy, prefixes = _HASHER.copy, _LEAF_PREFIXES
+        return [_digest(copy(), prefixes[sz] + b) for sz, b in zip(sizes, blocks, strict=True)]
+    return [leaf_hash(b) for b in blocks]
+
+
+def fold_roots(roots: Sequence[Node], start: int, hashes: list[bytes], sizes: list[int]) -> list[Node]:
+    """The roots after appending leaves `hashes` (of blocks of `sizes`) at `start` to a tree with `roots`.
+
+    What a reader that keeps no tree needs to check a signed batch: `fold` without
+    laying out the nodes, a level at a time (one comprehension of parent hashes per
+    level, an old root joining on the left where a level starts at an odd offset).
+    `roots` must be the tree's roots at `start` (`flat_tree.full_roots(start)`).
+    """
+    kept = {flat_tree.depth(r.index): r for r in roots}
+    new_roots: list[Node] = []
+    parent, copy = _PARENT.pack, _HASHER.copy
+    d, a = 0, start  # level and offset (among nodes of that depth) of hashes[0]
+    while hashes:
+        if a & 1:  # the left sibling of the level's first node is an old root
+            r = kept.pop(d)
+            hashes, sizes, a = [r.hash, *hashes], [r.size, *sizes], a - 1
+        m = len(hashes)
+        if m & 1:
+            new_roots.append(Node(flat_tree.index(d, a + m - 1), hashes[-1], sizes[-1]))
+        if m < 2:
+            break
+        # zip stops before an unpaired last node
+        sizes = [x + y for x, y in zip(sizes[0::2], sizes[1::2], strict=False)]
+        hashes = [
+            _digest(copy(), parent(PARENT_TYPE, sz, x, y))
+            for sz, x, y in zip(sizes, hashes[0::2], hashes[1::2], strict=False)
+        ]
+        d, a = d + 1, a >> 1
+    return sorted([*kept.values(), *new_roots], key=lambda r: r.index)
+
+
 def signed_append(
     roots: Sequence[Node], start: int, blocks: Sequence[bytes], signature: bytes, fork: int, verifier: Verifier
 ) -> tuple[list[Node], list[Node], TreeState]:

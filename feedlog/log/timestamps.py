@@ -26,6 +26,9 @@ from ..errors import InvalidArgument
 
 UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+#: a policy with an amount, exactly as `TimestampPolicy.parse` takes it
+_POLICY = re.compile(r"^(truncate|fuzz):([0-9]+)(s|m|h|d)$")
+MAX_POLICY_MS = 36_525 * UNITS_MS["d"]  # a century
 #: with `off` an expiry is still needed for TTL; round it up this far so it does not pin the write time
 OFF_EXPIRY_GRANULARITY_MS = 60_000
 
@@ -58,13 +61,39 @@ class TimestampPolicy:
 
     @classmethod
     def parse(cls, text: str) -> TimestampPolicy:
-        t = text.strip().lower()
-        if t in ("off", "exact"):
-            return cls(t)  # type: ignore[arg-type]
-        kind, sep, arg = t.partition(":")
-        if sep and kind in ("truncate", "fuzz"):
-            return cls(kind, parse_duration(arg))  # type: ignore[arg-type]
-        raise InvalidArgument(f"bad timestamp policy {text!r}: use off, exact, truncate:<unit> or fuzz:<max>")
+        """`off`, `exact`, `truncate:<n><unit>` or `fuzz:<n><unit>`: n a whole number >= 1, unit s, m, h or d.
+
+        Exactly that form, lower case (a policy is a privacy promise: a typo must not
+        pass for one). Any n is allowed (`truncate:7s`); `str()` gives the canonical
+        form in the largest whole unit (`truncate:60s` is `truncate:1m`).
+        """
+        if text in ("off", "exact"):
+            return cls(text)  # type: ignore[arg-type]
+        m = _POLICY.match(text)
+        if m is None or int(m.group(2)) < 1:
+            raise InvalidArgument(
+                f"bad timestamp policy {text!r}: use off, exact, truncate:<n><unit> or fuzz:<n><unit> "
+                "(n a whole number >= 1, unit s, m, h or d; lower case), e.g. truncate:1s, fuzz:30s"
+            )
+        amount = int(m.group(2)) * UNITS_MS[m.group(3)]
+        if amount > MAX_POLICY_MS:  # keeps every stamped time and expiry far inside the entries' uint64 fields
+            raise InvalidArgument(f"bad timestamp policy {text!r}: at most {MAX_POLICY_MS // UNITS_MS['d']}d")
+        return cls(m.group(1), amount)  # type: ignore[arg-type]
+
+    @classmethod
+    def parse_stored(cls, text: str) -> TimestampPolicy:
+        """A policy as feedlog 0.1 wrote it in a feed's settings: the form `parse` takes, or the looser
+        one it took then (any case, spaces, `ms`), so a feed created then still opens."""
+        try:
+            return cls.parse(text)
+        except InvalidArgument:
+            t = text.strip().lower()
+            if t in ("off", "exact"):
+                return cls(t)  # type: ignore[arg-type]
+            kind, sep, arg = t.partition(":")
+            if sep and kind in ("truncate", "fuzz"):
+                return cls(kind, parse_duration(arg))  # type: ignore[arg-type]
+            raise
 
     def __str__(self) -> str:
         return self.kind if self.kind in ("off", "exact") else f"{self.kind}:{format_duration(self.amount_ms)}"

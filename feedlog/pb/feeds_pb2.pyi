@@ -43,7 +43,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, feed: _Optional[_Union[FeedId, _Mapping]] = ...) -> None: ...
 
 class FeedInfo(_message.Message):
-    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp", "header")
+    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp", "header", "timestamps", "ttl")
     KEY_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_KEY_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,8 @@ class FeedInfo(_message.Message):
     MIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     MAX_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     discovery_key: bytes
     state: SignedState
@@ -62,21 +64,27 @@ class FeedInfo(_message.Message):
     min_timestamp: int
     max_timestamp: int
     header: bytes
-    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ..., header: _Optional[bytes] = ...) -> None: ...
+    timestamps: str
+    ttl: str
+    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ..., header: _Optional[bytes] = ..., timestamps: _Optional[str] = ..., ttl: _Optional[str] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("key", "expected_length", "blocks", "signature", "fork")
+    __slots__ = ("key", "expected_length", "blocks", "signature", "fork", "timestamps", "ttl")
     KEY_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_LENGTH_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     FORK_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     expected_length: int
     blocks: _containers.RepeatedScalarFieldContainer[bytes]
     signature: bytes
     fork: int
-    def __init__(self, key: _Optional[bytes] = ..., expected_length: _Optional[int] = ..., blocks: _Optional[_Iterable[bytes]] = ..., signature: _Optional[bytes] = ..., fork: _Optional[int] = ...) -> None: ...
+    timestamps: str
+    ttl: str
+    def __init__(self, key: _Optional[bytes] = ..., expected_length: _Optional[int] = ..., blocks: _Optional[_Iterable[bytes]] = ..., signature: _Optional[bytes] = ..., fork: _Optional[int] = ..., timestamps: _Optional[str] = ..., ttl: _Optional[str] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("state",)

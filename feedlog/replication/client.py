@@ -12,12 +12,13 @@ Every failed call raises a `FeedlogError` naming the peer (`feedlog.rpc.error_of
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -87,12 +88,13 @@ class FeedClient:
         except grpc.RpcError as e:
             raise error_of(e, self.target) from None
 
-    def _stream(self, it: ResponseStream[T], idle: float | None = None) -> Iterator[T]:
+    def _stream(self, it: ResponseStream[T], idle: float | None = None, ahead: int = 0) -> Iterator[T]:
         """Messages of a response stream, errors as FeedlogErrors; with `idle`, a peer that sends
-        nothing for that long is given up on (a bounded read must keep coming; tails may wait)."""
+        nothing for that long is given up on (a bounded read must keep coming; tails may wait).
+        With `ahead`, up to that many messages are received while the caller works on the last."""
         watch = _IdleWatch(it, idle) if idle is not None else None
         try:
-            for m in it:
+            for m in _read_ahead(it, ahead, watch) if ahead else it:
                 if watch is not None:
                     watch.seen()
                 yield m
@@ -155,8 +157,17 @@ class FeedClient:
     # ---- streams ----------------------------------------------------------------------
 
     def read(
-        self, key: bytes, start: int, end: int = 0, *, with_roots: bool = False, max_message_bytes: int = 0
+        self,
+        key: bytes,
+        start: int,
+        end: int = 0,
+        *,
+        with_roots: bool = False,
+        max_message_bytes: int = 0,
+        ahead: int = 0,
     ) -> Iterator[pb.ReadResponse]:
+        """Blocks [start, end) as the peer sends them; `ahead`: messages to receive while the caller
+        works on the previous one (the peer keeps sending meanwhile; each holds up to the budget)."""
         req = pb.ReadRequest(
             feed=pb.FeedId(key=key),
             start=start,
@@ -164,7 +175,7 @@ class FeedClient:
             with_roots=with_roots,
             max_message_bytes=min(max_message_bytes or self.budget, self.budget),
         )
-        return self._stream(self.stub.Read(req), idle=self.read_idle)
+        return self._stream(self.stub.Read(req), idle=self.read_idle, ahead=ahead)
 
     def subscribe(self, key: bytes, start: int, *, with_roots: bool = False) -> Subscription:
         req = pb.SubscribeRequest(
@@ -335,6 +346,64 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: how long the read-ahead thread waits for the caller to take a message before checking it has not left
+_AHEAD_POLL = 0.5
+
+
+def _read_ahead(call: ResponseStream[T], depth: int, watch: _IdleWatch | None) -> Iterator[T]:
+    """The messages of `call`, received by a thread up to `depth` ahead of the caller.
+
+    gRPC pulls the next message off the transport only when the caller asks for
+    it, and the peer builds its next one only then: a caller that verifies and
+    stores each message before asking for the next leaves the peer idle. The
+    thread keeps asking; errors reach the caller in order, after the messages
+    before them. A caller that stops early cancels the call, which ends the thread.
+    """
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    gone = threading.Event()
+
+    def pump() -> None:
+        try:
+            for m in call:
+                if watch is not None:
+                    watch.seen()
+                while not gone.is_set():
+                    try:
+                        q.put((True, m), timeout=_AHEAD_POLL)
+                        break
+                    except queue.Full:
+                        continue
+                if gone.is_set():
+                    return
+        except BaseException as e:  # delivered to the caller, who maps it (grpc.RpcError) or raises it
+            item: tuple[bool, Any] = (False, e)
+        else:
+            item = (False, None)
+        while not gone.is_set():
+            try:
+                q.put(item, timeout=_AHEAD_POLL)
+                return
+            except queue.Full:
+                continue
+
+    thread = threading.Thread(target=pump, name="read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, m = q.get()
+            if ok:
+                yield m
+            elif m is None:
+                return
+            else:
+                raise m
+    finally:
+        if thread.is_alive():
+            gone.set()
+            call.cancel()
+            thread.join(5)
 
 
 class _IdleWatch:

@@ -21,6 +21,7 @@ from ..log import merkle
 from ..log.feed import Feed
 from ..log.merkle import Node, TreeState
 from ..log.storage import atomic_write
+from ..log.timestamps import format_duration
 from ..pb import feeds_pb2 as pb
 from ..rpc import Address, Tls
 from . import wire
@@ -29,6 +30,11 @@ from .verify import DEFAULT_BUDGET, SegmentVerifier, Unsigned, max_unsigned_byte
 
 REMOTE_FILE = "remote.json"
 PUSH_BATCH_BYTES = 1 << 20
+#: messages a clone or pull receives while it verifies and stores the previous one (issue 17: the
+#: peer was idle while we stored); memory: this many more messages of the read budget
+READ_AHEAD = 2
+#: a clone or pull fsyncs once per this many bytes received (and at the end), not per message
+SYNC_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +53,11 @@ def store_responses(
 ) -> int:
     """Store the signed batches of a Read/Subscribe stream that continues this feed; return blocks stored.
 
-    One fsync per received message, not per batch. `on_stored(length)` runs
-    after each message that stored something (a follower wakes its tails).
+    With `on_stored` (a follower: it wakes its tails), one fsync per received
+    message that stored something, then `on_stored(length)`. Without (a clone or
+    pull, whose caller waits for the end), one fsync per `SYNC_BYTES` received
+    and one at the end: a crash loses at most that much, the copy stays a
+    verified prefix either way (the log recovers to its last whole batch).
     At most `max_unsigned_bytes(budget)` is held before a signature arrives,
     and a stream that ends mid-batch is an error: a peer that streams blocks
     it never signs is refused, named, rather than buffered (issue 13 item 1).
@@ -56,42 +65,49 @@ def store_responses(
     from our tree are checked for a fork (`_fork_at`).
     """
     stored = 0
+    unsynced = 0  # bytes received since the last fsync
     pending: list[bytes] = []
     unsigned = Unsigned(max_unsigned_bytes(budget), source)
     it = iter(responses)
-    for resp in it:
-        if resp.roots and feed.length and not stored and not pending:
-            roots = wire.nodes_of(resp.roots, source)
-            if merkle.roots_hash(roots) != feed.core.state.tree_hash:
-                _fork_at(feed, roots, itertools.chain([resp], it), source, budget)
-        grew = False
-        for m in resp.segments:
-            expected = feed.length + len(pending)
-            if m.start != expected:
-                raise Corruption(f"{source}: sent blocks from {m.start}, expected {expected}")
-            if m.cleared:
-                raise Unavailable(
-                    f"{source}: blocks from {m.start} were cleared by compaction there; "
-                    "replicate from a peer that still holds them"
-                )
-            unsigned.charge_pb(m)  # before touching the blocks: refuses a flood cheaply
-            pending.extend(m.blocks)
-            if m.HasField("state"):
-                state = wire.state_of(m.state)
-                try:
-                    feed.store_signed(pending, state, sync=False)
-                except Corruption as e:
-                    raise type(e)(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
-                except InvalidArgument as e:  # e.g. a state whose length does not fit the blocks
-                    raise Corruption(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
-                stored += len(pending)
-                pending = []
-                unsigned.signed()
-                grew = True
-        if grew:
+    try:
+        for resp in it:
+            if resp.roots and feed.length and not stored and not pending:
+                roots = wire.nodes_of(resp.roots, source)
+                if merkle.roots_hash(roots) != feed.core.state.tree_hash:
+                    _fork_at(feed, roots, itertools.chain([resp], it), source, budget)
+            grew = False
+            for m in resp.segments:
+                expected = feed.length + len(pending)
+                if m.start != expected:
+                    raise Corruption(f"{source}: sent blocks from {m.start}, expected {expected}")
+                if m.cleared:
+                    raise Unavailable(
+                        f"{source}: blocks from {m.start} were cleared by compaction there; "
+                        "replicate from a peer that still holds them"
+                    )
+                unsigned.charge_pb(m)  # before touching the blocks: refuses a flood cheaply
+                unsynced += unsigned.last
+                pending.extend(m.blocks)
+                if m.HasField("state"):
+                    state = wire.state_of(m.state)
+                    try:
+                        feed.store_signed(pending, state, sync=False)
+                    except Corruption as e:
+                        raise type(e)(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
+                    except InvalidArgument as e:  # e.g. a state whose length does not fit the blocks
+                        raise Corruption(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
+                    stored += len(pending)
+                    pending = []
+                    unsigned.signed()
+                    grew = True
+            if grew and (on_stored is not None or unsynced >= SYNC_BYTES):
+                feed.core.sync()
+                unsynced = 0
+                if on_stored is not None:
+                    on_stored(feed.length)
+    finally:
+        if unsynced:  # what was stored is made durable, on an error too
             feed.core.sync()
-            if on_stored is not None:
-                on_stored(feed.length)
     if pending:
         raise Corruption(
             f"{source}: the stream ended after {len(pending)} blocks from {feed.length} that were never signed"
@@ -164,10 +180,25 @@ def _remote(path: Path) -> Address:
         raise Corruption(f"{path / REMOTE_FILE}: {e}") from None
 
 
-def _fetch(feed: Feed, client: FeedClient, state: TreeState, source: str) -> int:
+def _counted(responses: Iterable[pb.ReadResponse], on_progress: Callable[[int], None]) -> Iterator[pb.ReadResponse]:
+    """The responses, reporting the blocks received so far before each is handed on."""
+    blocks = 0
+    for resp in responses:
+        blocks += sum(len(m.blocks) for m in resp.segments)
+        on_progress(blocks)
+        yield resp
+
+
+def _fetch(
+    feed: Feed, client: FeedClient, state: TreeState, source: str, on_progress: Callable[[int], None] | None = None
+) -> int:
     """Fetch our length..state.length and make sure we end exactly at the peer's signed state."""
+    responses = client.read(feed.key, feed.length, state.length, with_roots=True, ahead=READ_AHEAD)
     n = store_responses(
-        feed, client.read(feed.key, feed.length, state.length, with_roots=True), source, budget=client.budget
+        feed,
+        responses if on_progress is None else _counted(responses, on_progress),
+        source,
+        budget=client.budget,
     )
     if feed.length < state.length:
         raise Corruption(
@@ -178,24 +209,33 @@ def _fetch(feed: Feed, client: FeedClient, state: TreeState, source: str) -> int
     return n
 
 
-def clone(address: Address, path: str | os.PathLike[str], *, tls: Tls | None = None) -> Copied:
+def clone(
+    address: Address,
+    path: str | os.PathLike[str],
+    *,
+    tls: Tls | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Copied:
     """A verified copy of the feed at `address` in a new directory, remembering where it came from.
 
     Fails (and leaves no directory behind if nothing verified) unless the copy
-    reaches the length and tree the peer advertised.
+    reaches the length and tree the peer advertised. The copy keeps the writer's
+    timestamp policy and TTL as the peer reports them (`info` shows them; none if
+    the peer does not know them). `on_progress(received, total)`: blocks so far.
     """
     key = address.key
     p = Path(path)
     with FeedClient(address.target, tls=tls) as client:
         # fail before creating anything if the peer does not have it, or holds none of it
-        state = wire.state_of(client.info(key).state)
+        info = client.info(key)
+        state = wire.state_of(info.state)
         if state.length == 0:
             raise NotFound(f"{address.target}: holds no blocks of feed {key.hex()}")
-        feed = Feed.create_replica(p, key)
+        feed = _replica(p, key, info)
         try:
             check_remote(feed, state, address.target)
             atomic_write(p / REMOTE_FILE, json.dumps({"url": str(address)}).encode())
-            n = _fetch(feed, client, state, address.target)
+            n = _fetch(feed, client, state, address.target, _of_total(on_progress, state.length))
             return Copied(n, feed.length)
         except BaseException:
             empty = feed.length == 0
@@ -207,8 +247,29 @@ def clone(address: Address, path: str | os.PathLike[str], *, tls: Tls | None = N
             feed.close()
 
 
-def pull(path: str | os.PathLike[str], *, tls: Tls | None = None) -> Copied:
-    """Fetch, verify and store what the feed's origin has beyond our length; a fork is an error, not a no-op."""
+def _replica(path: Path, key: bytes, info: pb.FeedInfo) -> Feed:
+    """A new replica keeping the writer's settings the peer reported (unsigned, so only shown, never enforced)."""
+    try:
+        return Feed.create_replica(path, key, timestamps=info.timestamps or None, ttl=info.ttl or None)
+    except InvalidArgument:  # a peer's malformed report is not worth refusing the (verified) copy for
+        return Feed.create_replica(path, key)
+
+
+def _of_total(
+    on_progress: Callable[[int, int], None] | None, total: int, start: int = 0
+) -> Callable[[int], None] | None:
+    if on_progress is None:
+        return None
+    return lambda n: on_progress(n, total - start)
+
+
+def pull(
+    path: str | os.PathLike[str], *, tls: Tls | None = None, on_progress: Callable[[int, int], None] | None = None
+) -> Copied:
+    """Fetch, verify and store what the feed's origin has beyond our length; a fork is an error, not a no-op.
+
+    `on_progress(received, total)`: blocks received so far, of those to fetch.
+    """
     p = Path(path)
     address = _remote(p)
     with Feed.open(p) as feed, FeedClient(address.target, tls=tls) as client:
@@ -218,15 +279,25 @@ def pull(path: str | os.PathLike[str], *, tls: Tls | None = None) -> Copied:
         check_remote(feed, state, address.target)
         if state.length <= feed.length:
             return Copied(0, feed.length)
-        n = _fetch(feed, client, state, address.target)
+        n = _fetch(feed, client, state, address.target, _of_total(on_progress, state.length, feed.length))
         return Copied(n, feed.length)
 
 
-def push(path: str | os.PathLike[str], address: Address, *, tls: Tls | None = None, token: str | None = None) -> Copied:
+def push(
+    path: str | os.PathLike[str],
+    address: Address,
+    *,
+    tls: Tls | None = None,
+    token: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Copied:
     """Send the peer every signed batch it lacks (it checks each signature before storing).
 
     A peer takes a feed it does not host yet only from an authenticated client
     (`token`, or a client certificate in `tls`) unless it runs with --accept-new.
+    A block the peer lacks that compaction cleared here cannot be sent (a peer
+    stores whole blocks only): refused before anything is sent, so a failed push
+    leaves nothing on the peer. `on_progress(sent, total)`: blocks the peer took.
     """
     with Feed.open(path, writable=False) as feed, FeedClient(address.target, tls=tls, token=token) as client:
         try:
@@ -237,6 +308,13 @@ def push(path: str | os.PathLike[str], address: Address, *, tls: Tls | None = No
             raise Conflict(f"{address.target} has {remote} blocks of this feed, more than the {feed.length} here")
         if remote == feed.length:
             return Copied(0, remote)
+        cleared = feed.core.first_cleared(remote, feed.length)
+        if cleared is not None:
+            raise InvalidArgument(
+                f"cannot push to {address.target}: block {cleared} was cleared here by `feedlog compact` and the "
+                f"peer holds {remote} of the {feed.length} blocks (a peer stores whole blocks only); nothing was "
+                f"sent. Push a feed before compacting it, or push from a copy that still holds block {cleared}"
+            )
         failed: list[FeedlogError] = []
 
         def requests() -> Iterator[pb.AppendRequest]:
@@ -245,10 +323,13 @@ def push(path: str | os.PathLike[str], address: Address, *, tls: Tls | None = No
             except FeedlogError as e:  # gRPC would turn it into a bare cancellation
                 failed.append(e)
 
-        states = list(client.append_stream(requests()))
+        end = remote
+        for st in client.append_stream(requests()):
+            end = st.length
+            if on_progress is not None:
+                on_progress(end - remote, feed.length - remote)
         if failed:
             raise failed[0]
-        end = states[-1].length if states else remote
         return Copied(end - remote, end)
 
 
@@ -262,7 +343,12 @@ def _append_requests(feed: Feed, start: int) -> Iterator[pb.AppendRequest]:
             pending.extend(b for b in seg.blocks if b is not None)
             pos = seg.end
             if seg.state is not None:
-                yield _append_request(feed.key, pos - len(pending), pending, seg.state)
+                request = _append_request(feed.key, pos - len(pending), pending, seg.state)
+                if request.expected_length == 0 and feed.settings_known:
+                    # the feed's first batch: the peer keeps the writer's settings to report them (info, clones)
+                    request.timestamps = str(feed.settings.timestamps)
+                    request.ttl = format_duration(feed.settings.ttl_ms) if feed.settings.ttl_ms else ""
+                yield request
                 pending = []
 
 

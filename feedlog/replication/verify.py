@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from ..errors import Corruption, SignatureError
 from ..log import flat_tree, merkle
 from ..log.core import BLOCK_COST, MAX_BLOCK_BYTES, Segment
-from ..log.crypto import Verifier, leaf_hash
-from ..log.merkle import Node, TreeState
+from ..log.crypto import Verifier
+from ..log.merkle import Node, TreeState, fold_roots, leaf_hashes
 from ..pb import feeds_pb2 as pb
 from . import wire
 
@@ -60,12 +60,14 @@ class Unsigned:
         self.source = source
         self.cost = 0
         self.blocks = 0
+        self.last = 0  # the bytes `charge` last counted
 
     def charge(self, start: int, count: int, size: Callable[[], int]) -> None:
         """Account for `count` more blocks (or cleared leaves) from `start`; `size()` their bytes."""
         cost = self.cost + count * BLOCK_COST
         if cost <= self.limit:
-            cost += size()
+            self.last = size()
+            cost += self.last
         if cost > self.limit:
             raise Corruption(
                 f"{self.source}: sent {self.blocks + count} blocks from {start - self.blocks} "
@@ -153,20 +155,29 @@ class SegmentVerifier:
         start, blocks, cleared = self.length, self._blocks, {n.index: n for n in self._cleared}
         self._blocks, self._cleared = [], []
         self.unsigned.signed()
-        leaves: list[Node] = []
-        for k, b in enumerate(blocks):
-            i = 2 * (start + k)
-            if b is None:
-                if i not in cleared:
+        # the whole batch at once: leaf hashes in one pass, the tree folded a level at a time (issue 17)
+        present = [b for b in blocks if b is not None]
+        if len(present) == len(blocks):
+            sizes = [len(b) for b in present]
+            hashes = leaf_hashes(present, sizes)
+        else:
+            hashes, sizes = [], []
+            hashed = iter(leaf_hashes(present, [len(b) for b in present]))
+            for k, b in enumerate(blocks):
+                if b is not None:
+                    hashes.append(next(hashed))
+                    sizes.append(len(b))
+                    continue
+                node = cleared.get(2 * (start + k))
+                if node is None:
                     raise Corruption(f"{self.source}: block {start + k} has neither bytes nor a leaf node")
-                leaves.append(cleared[i])
-            else:
-                leaves.append(Node(i, leaf_hash(b), len(b)))
+                hashes.append(node.hash)
+                sizes.append(node.size)
         end = start + len(blocks)
         state = seg.state
         if state.length != end:
             raise Corruption(f"{self.source}: blocks {start}..{end - 1} came with a state for length {state.length}")
-        _created, roots = merkle.append_nodes(self.roots, leaves)
+        roots = fold_roots(self.roots, start, hashes, sizes)
         if merkle.roots_hash(roots) != state.tree_hash:
             raise Corruption(f"{self.source}: blocks {start}..{end - 1} do not hash to the signed tree")
         if not self.verifier.verify(state.signature, state.signable()):

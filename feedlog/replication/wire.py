@@ -69,6 +69,9 @@ def segment_pb(s: Segment) -> pb.Segment:
 
 def segment_of(m: pb.Segment) -> Segment:
     """A received segment; cleared blocks (those with a leaf in `cleared`) become None."""
+    state = state_of(m.state) if m.HasField("state") else None
+    if not len(m.cleared):  # the usual segment, every block present: no per-block pass (issue 17)
+        return Segment(m.start, list(m.blocks), [], state)
     cleared = nodes_of(m.cleared)
     gone = {n.index // 2 for n in cleared if n.index % 2 == 0}
     if len(gone) != len(cleared):
@@ -76,7 +79,7 @@ def segment_of(m: pb.Segment) -> Segment:
     blocks: list[bytes | None] = [None if m.start + k in gone else bytes(b) for k, b in enumerate(m.blocks)]
     if any(not m.start <= s < m.start + len(blocks) for s in gone):
         raise errors.Corruption(f"segment at {m.start}: a cleared leaf lies outside it")
-    return Segment(m.start, blocks, cleared, state_of(m.state) if m.HasField("state") else None)
+    return Segment(m.start, blocks, cleared, state)
 
 
 def proof_pb(p: Proof) -> pb.ProofResponse:
@@ -105,6 +108,8 @@ def info_json(m: pb.FeedInfo) -> dict[str, str | int | bool | None]:
         "fork": m.state.fork,
         "signature": m.state.signature.hex(),
         "writable": m.writable,
+        "timestamps": m.timestamps or None,  # None: the peer does not know the writer's policy
+        "ttl": m.ttl or None,
         "min_timestamp": m.min_timestamp if m.HasField("min_timestamp") else None,
         "max_timestamp": m.max_timestamp if m.HasField("max_timestamp") else None,
     }

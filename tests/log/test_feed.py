@@ -167,3 +167,39 @@ def test_a_copy_without_the_secret_key_reads_but_does_not_adopt_its_clock(tmp_pa
         assert copy.clock.now_ms() < far  # the writer's (bogus) clock does not leak into ours
         got = copy.get("k")
         assert got is not None and got.timestamp == far
+
+
+def test_a_replica_records_the_timestamp_range_scan_blocks_finds(tmp_path: Path) -> None:
+    """store_signed's batch scan (entry_scan) gives each stored batch the (min, max) writer timestamp
+    the per-block reference does, over batches of entries as written, blocks their author signed that
+    are no entries, and a timestamp of 0 (where the reference's running minimum restarts)."""
+    from feedlog.log import entries
+
+    def entry(ts: int | None, key: str = "/k") -> bytes:
+        return entries.encode_entry(entries.ENTRY, key, b"v", deleted=False, timestamp=ts, expires_at=None)
+
+    batches = [
+        [entry(T0 + 100 + i) for i in range(40)],
+        [entry(T0 + 500 - i, f"/\u00e9{i}") for i in range(30)],  # non-ASCII keys, falling timestamps
+        [b"\xff junk", entry(None), *(entry(T0 + 7 * i) for i in range(20)), entry(0), entry(T0 + 3)],
+        [entry(T0 + 1), b"", entry(2**64 - 1)],  # short: the per-block path; the largest uint64
+    ]
+    with Feed.create(tmp_path / "src", timestamps="exact") as src:
+        key = src.key
+        want = [(0, 0)]  # the header's batch
+        lo = hi = 0
+        for b in batches:
+            b_lo, b_hi = entries.scan_blocks(entries.ENTRY, src.core.length, b, strict=False)
+            src.core.append(b)
+            lo = b_lo if b_lo and (not lo or b_lo < lo) else lo
+            hi = max(hi, b_hi)
+            want.append((lo, hi))
+        segs = src.core.segments(0, src.core.length, 1 << 30)
+    assert want[3] == (T0 + 3, T0 + 500)  # batch 3's minimum is what follows its 0
+    with Feed.create_replica(tmp_path / "copy", key) as copy:
+        seen = []
+        for seg in segs:
+            assert seg.state is not None
+            copy.store_signed([b for b in seg.blocks if b is not None], seg.state)
+            seen.append((copy.core.min_ts, copy.core.max_ts))
+        assert seen == want and copy.length == src.length

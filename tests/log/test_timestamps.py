@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,3 +68,24 @@ def test_expiry_never_reveals_more_than_the_timestamp(now: int, ttl: int) -> Non
     off = TimestampPolicy.parse("off")
     e = off.expiry(now, None, ttl)
     assert e >= now + ttl and e % 60_000 == 0
+
+
+def test_a_policy_stored_by_an_older_version_still_reads() -> None:
+    # feedlog 0.1 took any case, spaces and ms; a feed it created keeps opening, shown canonically
+    assert str(TimestampPolicy.parse_stored("FUZZ:1500ms")) == "fuzz:1500ms"
+    assert str(TimestampPolicy.parse_stored(" truncate: 60s ")) == "truncate:1m"
+    for bad in ("FUZZ:1500ms", "truncate:1ms"):
+        with pytest.raises(InvalidArgument):
+            TimestampPolicy.parse(bad)  # a new policy must take the one form
+    with pytest.raises(InvalidArgument):
+        TimestampPolicy.parse_stored("sometimes")
+
+
+def test_a_feed_whose_settings_an_older_version_wrote_opens(tmp_path: Path) -> None:
+    from feedlog.log.feed import SETTINGS_FILE, Feed
+
+    Feed.create(tmp_path / "f").close()
+    settings = tmp_path / "f" / SETTINGS_FILE
+    settings.write_text(settings.read_text().replace('"truncate:1s"', '"FUZZ:1500ms"'))
+    with Feed.open(tmp_path / "f") as f:
+        assert f.info()["timestamps"] == "fuzz:1500ms"

@@ -240,3 +240,40 @@ def test_a_block_larger_than_the_send_limit_is_refused_clearly(peers: Peers, tmp
     peer = peers("peer", max_message_bytes=512 << 10)
     with FeedClient(peer.address, timeout=10) as c, pytest.raises(Unsupported, match="too large for one message"):
         list(c.read(KP.public_key, 0))
+
+
+class _Context:
+    """What InFlight asks of a stream's servicer context (a real one exists only inside a call)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def is_active(self) -> bool:
+        return not self.cancelled
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+
+def test_a_reader_waiting_for_its_own_message_to_go_out_cancels_no_stalled_reader() -> None:
+    """Three stalled streams and a moving reader's message fill the budget; the moving reader's next
+    message waits for its previous one to go out instead of cancelling a stalled stream (the budget
+    comes back by itself); once that one is old too, the oldest stalled stream goes, and only it."""
+    from feedlog_server.flow import Hold, InFlight
+
+    now = [100.0]
+    flow = InFlight(4 * MiB, stall=1.0, clock=lambda: now[0])
+    contexts = [_Context() for _ in range(4)]
+    for k, (ctx, since) in enumerate(zip(contexts, (90.0, 91.0, 92.0, 99.9), strict=True)):
+        flow._holds[k] = Hold(MiB, ctx, since)
+    flow._used = 4 * MiB
+    with flow._cond:
+        flow._evict_stalled(MiB)
+    assert [c.cancelled for c in contexts] == [False] * 4 and flow.used == 4 * MiB
+    now[0] = 101.0  # the moving reader's message was not taken either: it counts as stalled now
+    with flow._cond:
+        flow._evict_stalled(MiB)
+    assert [c.cancelled for c in contexts] == [True, False, False, False] and flow.used == 3 * MiB

@@ -167,3 +167,87 @@ def test_unsigned_blocks_past_the_bound_are_refused_naming_the_peer(tmp_path: Pa
     with pytest.raises(Corruption, match="sent 1000000 blocks"):
         v.receive(pb.Segment(start=0, blocks=[b""] * 1_000_000))
     assert v.pending == 0
+
+
+def reference_segments(core: Core, start: int, end: int, max_bytes: int) -> list[Segment]:
+    """`Core.segments` as it was written first: a block at a time through `get_range` (each hash-checked)."""
+    from bisect import bisect_right
+
+    from feedlog.log.core import segment_cost
+
+    end = min(end, core.length)
+    if not 0 <= start < end:
+        return []
+    ends = core._records()
+    i = bisect_right(ends, start)
+    stop = ends[bisect_right(ends, end - 1)]
+    out: list[Segment] = []
+    size = 0
+    blocks: list[bytes | None] = []
+    cleared: list[merkle.Node] = []
+    seg_start = start
+    for seq, b in core.get_range(start, stop):
+        cost = segment_cost(b, first=not blocks)
+        if size + cost > max_bytes and (out or blocks):
+            break
+        size += cost
+        if b is None:
+            cleared.append(core.node(2 * seq))
+        blocks.append(b)
+        if seq + 1 == ends[i]:
+            out.append(Segment(seg_start, blocks, cleared, core._record_state(i)))
+            blocks, cleared, seg_start = [], [], seq + 1
+            i += 1
+    if blocks:
+        out.append(Segment(seg_start, blocks, cleared, None))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    data=st.data(),
+)
+def test_segments_are_the_block_at_a_time_reference(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[int], data: st.DataObject
+) -> None:
+    """The batch-at-a-time `segments` (numpy budget, one pread) against the block-at-a-time reference:
+    any range, budgets from below one block to all, cleared blocks anywhere, checked or not, and
+    reads longer than SEGMENT_ROWS index entries."""
+    import feedlog.log.core as core_mod
+
+    total = sum(batches)
+    gone = data.draw(st.lists(st.integers(0, total - 1), max_size=6))
+    rows = data.draw(st.sampled_from([core_mod.SEGMENT_ROWS, 3, 7]))
+    with build(tmp_path_factory.mktemp("p") / "f", batches) as core:
+        if gone:
+            core.clear(gone)
+        for _ in range(4):
+            start = data.draw(st.integers(0, total))
+            end = data.draw(st.integers(start, total + 2))
+            budget = data.draw(st.sampled_from([1, 20, 210, 250, 600, 3000, 1 << 20]))
+            want = reference_segments(core, start, end, budget)
+            old, core_mod.SEGMENT_ROWS = core_mod.SEGMENT_ROWS, rows
+            try:
+                for check in (True, False):
+                    assert core.segments(start, end, budget, check=check) == want
+            finally:
+                core_mod.SEGMENT_ROWS = old
+
+
+def test_a_tampered_block_is_refused_by_the_serving_check_or_by_the_reader(tmp_path: Path) -> None:
+    """check=True (local readers) refuses a block that fails its leaf hash; a peer's Read (check=False)
+    sends it, and the reader's verifier refuses the batch against its signed tree."""
+    with build(tmp_path / "f", [4, 4]) as core:
+        off, _n, _ = core._entry(5)
+        with open(tmp_path / "f" / "log", "r+b") as f:
+            f.seek(off)
+            f.write(bytes([block(5)[0] ^ 1]))
+        with pytest.raises(Corruption, match="block 5 fails its hash check"):
+            core.segments(4, 8, 1 << 20)
+        segs = core.segments(0, 8, 1 << 20, check=False)
+        assert segs[1].blocks[1] != block(5)
+        v = SegmentVerifier(KP.public_key, 0, [], source="peer X")
+        v.add(segs[0])
+        with pytest.raises(Corruption, match="do not hash"):
+            v.add(segs[1])

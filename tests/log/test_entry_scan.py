@@ -1,0 +1,107 @@
+"""The batch timestamp scan against the reference, `scan_blocks(strict=False)`, on random batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from feedlog.log.entries import DRIVE_EVENT, ENTRY, encode_entry, encode_header, scan_blocks
+from feedlog.log.entry_scan import MIN_COLUMNS, timestamp_range
+from tests.log.test_entry_columns import entry_block, varint
+
+TS = st.one_of(st.just(0), st.integers(0, 2**40), st.integers(0, 2**64 - 1))
+
+
+@st.composite
+def batch(draw: Any, content_type: str) -> Any:
+    """A batch as a replica receives it: entries (valid, odd, junk), cleared blocks, small timestamps
+    (0 too: scan_blocks' running minimum restarts there), maybe the header first."""
+    start = draw(st.sampled_from([0, 1, 5, 1000]))
+    timed = st.builds(
+        lambda key, ts: encode_entry(
+            content_type,
+            key,
+            {"mode": 1} if content_type == DRIVE_EVENT else b"v",
+            deleted=False,
+            timestamp=ts,
+            expires_at=None,
+        ),
+        st.text(max_size=4),
+        TS,
+    )
+    # sizes on both sides of MIN_COLUMNS, where the scan changes paths
+    blocks = draw(st.lists(st.one_of(st.none(), entry_block(content_type), timed), max_size=3 * MIN_COLUMNS))
+    if start == 0:
+        header = draw(st.sampled_from([encode_header(content_type), encode_header(ENTRY), b"\xff", None]))
+        blocks = [header, *blocks]
+    return start, blocks
+
+
+def same(content_type: str, start: int, blocks: Sequence[bytes | None]) -> None:
+    assert timestamp_range(content_type, start, blocks) == scan_blocks(content_type, start, blocks, strict=False)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch(ENTRY))
+def test_entry_batches_scan_as_the_reference(b: tuple[int, list[bytes | None]]) -> None:
+    same(ENTRY, *b)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch(DRIVE_EVENT))
+def test_drive_event_batches_scan_as_the_reference(b: tuple[int, list[bytes | None]]) -> None:
+    same(DRIVE_EVENT, *b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 3), st.lists(st.binary(max_size=30), min_size=MIN_COLUMNS, max_size=40))
+def test_junk_batches_hold_no_timestamps_the_reference_misses(start: int, blocks: list[bytes]) -> None:
+    same(ENTRY, start, list(blocks))
+    same(DRIVE_EVENT, start, list(blocks))
+
+
+def ok(ts: int | None, key: str = "k", content_type: str = ENTRY) -> bytes:
+    value: Any = {"mode": 1} if content_type == DRIVE_EVENT else b"v"
+    return encode_entry(content_type, key, value, deleted=False, timestamp=ts, expires_at=None)
+
+
+@pytest.mark.parametrize("content_type", [ENTRY, DRIVE_EVENT])
+def test_blocks_off_the_common_shape_take_the_reference_path(content_type: str) -> None:
+    """Concrete cases: a field number or tag upb refuses (over 2**29 - 1, a 6-byte tag), a key that is
+    not UTF-8 or is non-ASCII UTF-8, a timestamp over 2**63, a 0 timestamp, a drive entry's own
+    timestamp (not its event's: scan_blocks ignores it), a field twice."""
+    pad = [ok(50 + i, content_type=content_type) for i in range(MIN_COLUMNS)]
+    odd = [
+        ok(7, content_type=content_type) + varint((2**29) << 3) + b"\x01",  # refused: its timestamp does not count
+        ok(3, content_type=content_type) + bytes([0xD8, 0x80, 0x80, 0x80, 0x80, 0x00]) + b"\x01",  # 6-byte tag
+        ok(4, content_type=content_type) + bytes([0xD8, 0x80, 0x80, 0x80, 0x00]) + b"\x01",  # 5 bytes: fine
+        ok(9, key="é", content_type=content_type),
+        b"\x0a\x01\xff\x22\x00\x48\x02",  # key 0xff: not UTF-8, not an entry
+        ok(2**64 - 1, content_type=content_type),
+        ok(0, content_type=content_type),
+        ok(60, content_type=content_type),
+        ok(61, content_type=content_type) + b"\x48\x01",  # timestamp twice: upb keeps the last
+        b"\x0a\x01k\x22\x00\x48\x05",  # an entry's timestamp; in a drive feed an empty event, no timestamp
+    ]
+    for i in range(len(odd)):
+        same(content_type, 1, pad + odd[: i + 1])
+        same(content_type, 1, odd[i:] + pad)
+    assert timestamp_range(content_type, 1, pad + odd[:1]) == (50, 50 + MIN_COLUMNS - 1)
+    assert timestamp_range(content_type, 1, pad + odd[:3]) == (4, 50 + MIN_COLUMNS - 1)
+    assert timestamp_range(content_type, 1, [*pad, ok(0, content_type=content_type), ok(60)]) == (
+        (60, 65) if content_type == ENTRY else (0, 65)
+    )
+
+
+def test_the_column_decoder_refuses_tags_upb_refuses() -> None:
+    """The field scan the two share: a field number over 2**29 - 1, or a 6-byte tag, is upb's to refuse."""
+    from feedlog.errors import Corruption
+    from feedlog.log.entry_columns import decode_columns
+
+    for extra in (varint((2**29) << 3) + b"\x01", bytes([0xD8, 0x80, 0x80, 0x80, 0x80, 0x00]) + b"\x01"):
+        with pytest.raises(Corruption, match="block 1 is not an entry"):
+            decode_columns(ENTRY, [1], [ok(1) + extra])
