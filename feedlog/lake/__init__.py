@@ -13,18 +13,30 @@ are the signed feeds; `ingest.py` is the job behind `feedlog ingest`.
 `spark_session` points PySpark's Python workers at this interpreter
 (`PYSPARK_PYTHON`, unless already set), so executors find feedlog and its
 dependencies; importing the package changes nothing.
+
+A Spark job that fails because of a feedlog error (a schema mismatch, a peer
+that went away, a refused commit) raises, in a session `spark_session` made or
+`register` saw, an exception that is both that feedlog error's class and the
+PySpark exception (`except SchemaMismatch` and `except AnalysisException` both
+catch it), whose message starts with the feedlog error's line (`spark_errors`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 _LOG4J = os.path.join(os.path.dirname(__file__), "log4j2.properties")
-#: start-up settings measured to matter on small machines (FIELD-NOTES: ~2x faster cold start)
+#: start-up settings measured to matter on a 2-core machine: the serial GC and the C1 JIT alone start the
+#: driver JVM about twice as fast cold (the driver mostly plans; the work runs in Python workers)
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 SPARK_CONF = {
-    "spark.driver.extraJavaOptions": f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile={_LOG4J}",
+    JAVA_OPTIONS: f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile={_LOG4J}",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
@@ -34,6 +46,14 @@ SPARK_CONF = {
 }
 #: Python data sources get filters pushed down (the feedlog-delta reader prunes files with them)
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+#: a class-data-sharing archive of the JVM classes a feedlog job loads (`python -m feedlog.lake.classes`
+#: writes it): Spark's JVM maps them instead of loading and verifying each, ~2x faster to a first job
+CLASS_ARCHIVE_ENV = "FEEDLOG_SPARK_CLASS_ARCHIVE"
+#: the JVM's own notes about the archive (e.g. one made by another JDK, which it then ignores) stay quiet
+CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+#: what the JVM prints on every start because Spark's launcher adds `--add-modules=jdk.incubator.vector`
+#: (JavaModuleOptions, not configurable); the JVM has no flag to silence it, so our sessions drop the line
+INCUBATOR_WARNING = b"WARNING: Using incubator modules"
 
 
 def spark_session(master: str | None = None, app_name: str = "feedlog", **conf: str) -> Any:
@@ -44,21 +64,102 @@ def spark_session(master: str | None = None, app_name: str = "feedlog", **conf: 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # local Spark binds its driver and block manager to loopback, not to whatever the host name resolves to
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("FEEDLOG_SPARK_MASTER", "local[*]")
-    )
-    for k, v in {**SPARK_CONF, **conf}.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    master = master or os.environ.get("FEEDLOG_SPARK_MASTER", "local[*]")
+    settings = {**SPARK_CONF, **conf}
+    archive = class_archive()
+    if JAVA_OPTIONS not in conf and archive.is_file():
+        settings[JAVA_OPTIONS] += f" -XX:SharedArchiveFile={archive} {CDS_QUIET}"
+    if not _start_jvm(master, app_name, settings):
+        builder = SparkSession.builder.appName(app_name).master(master)
+        for k, v in settings.items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+    else:
+        spark = SparkSession.builder.getOrCreate()  # on the context just made, with every setting
     register(spark)
     return spark
 
 
+def class_archive() -> Path:
+    """Where the class archive for this PySpark and JDK is ($FEEDLOG_SPARK_CLASS_ARCHIVE, else in
+    the user's cache directory). Only `classes.build` writes it, whole or not at all: a JVM given a
+    cut archive dies (SIGBUS); one given an archive of another JDK or class path ignores it."""
+    given = os.environ.get(CLASS_ARCHIVE_ENV)
+    if given:
+        return Path(given)
+    from pyspark.version import __version__
+
+    java = os.path.realpath(shutil.which("java") or "java")
+    key = hashlib.sha256(f"{__version__}\n{os.environ.get('JAVA_HOME', '')}\n{java}".encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "feedlog" / f"spark-{__version__}-{key}.jsa"
+
+
+def _start_jvm(master: str, app_name: str, settings: dict[str, str]) -> bool:
+    """Start Spark's JVM and context ourselves, its stderr through a filter (`_forward`), when no
+    JVM runs yet in this process; False when one does (or spark-submit started us with one)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return False
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    for k, v in settings.items():
+        conf.set(k, v)
+    # `popen_kwargs` is PySpark's documented hook for "capturing stdout/stderr" of the JVM it starts.
+    # The pipe is read from before the JVM starts: what it prints while starting (why it could not)
+    # reaches our stderr as it would unfiltered.
+    read_end, write_end = os.pipe()
+    threading.Thread(target=_forward, args=(read_end,), name="feedlog-spark-stderr", daemon=True).start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
+    finally:
+        os.close(write_end)  # the JVM holds its own copy; ours would keep the pipe open after it exits
+    SparkContext(conf=conf, gateway=gateway)
+    return True
+
+
+def _forward(fd: int, out: int = 2) -> None:
+    """Copy the JVM's stderr to ours as it comes (log lines, Spark's progress redrawn with CR),
+    minus the incubator warning line. Ends when the JVM closes its stderr."""
+    held = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        held += chunk
+        lines = held.split(b"\n")
+        held = lines.pop()  # after the last newline: a partial line
+        text = b"".join(line + b"\n" for line in lines if not line.startswith(INCUBATOR_WARNING))
+        if held and not INCUBATOR_WARNING.startswith(held[: len(INCUBATOR_WARNING)]):
+            text, held = text + held, b""  # a partial line that cannot become the warning goes out now
+        _write(out, text)
+    if held and not held.startswith(INCUBATOR_WARNING):
+        _write(out, held)
+    os.close(fd)
+
+
+def _write(fd: int, data: bytes) -> None:
+    while data:
+        try:
+            n = os.write(fd, data)
+        except OSError:  # our stderr is gone (a closed pipe): the JVM's lines have nowhere to go
+            return
+        data = data[n:]
+
+
 def register(spark: Any) -> None:
+    """Register the `feedlog` and `feedlog-delta` data sources with `spark`, and make its failed
+    jobs raise the feedlog error behind them (`spark_errors.install`)."""
     from .sink import DeltaSink
     from .source import FeedDataSource
+    from .spark_errors import install
 
     spark.dataSource.register(FeedDataSource)
     spark.dataSource.register(DeltaSink)
     # the feedlog-delta reader prunes files by pushed filters; Spark refuses such a reader without this
     spark.conf.set(PUSHDOWN_CONF, "true")
+    install()

@@ -96,6 +96,7 @@ from ..delta.schema import from_schema_string
 from ..delta.storage import Storage
 from ..delta.timeline import Timeline
 from ..errors import InvalidArgument, NotFound, Unsupported
+from .spark_errors import marked
 
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
@@ -712,6 +713,7 @@ def _key(p: Position) -> tuple[int, bool, int]:
     return (p.version, not p.snapshot, p.index)
 
 
+@marked(DeltaBatchReader, SkippingDeltaBatchReader)  # a feedlog error reaches the driver as itself
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are positions in the table's commits; a micro-batch reads the files in between."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +31,8 @@ from ..delta.writer import WriteOptions, write_files
 from ..errors import Conflict, InvalidArgument, Unsupported
 from ..log.crypto import leaf_hash
 from .rows import COLUMNS, TIMESTAMP
-from .sink import table_token, trusted
+from .sink import settle, table_token, trusted
+from .spark_errors import marked, spark_job
 
 
 @dataclass
@@ -69,6 +70,7 @@ class _Job:
     written_ms: int
 
 
+@marked()  # runs on executors: a feedlog error reaches the driver as itself
 def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
     """(old add, new add or None, rows cleared) for one file; runs on an executor."""
     storage = open_storage(job.path, job.storage_options)
@@ -101,7 +103,7 @@ def _rewrite(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], dict[
 
 
 def expire(
-    spark: Any,
+    spark: Any | Callable[[], Any],
     path: str,
     *,
     now_ms: int | None = None,
@@ -111,6 +113,9 @@ def expire(
     storage_options: Mapping[str, str] | None = None,
 ) -> ExpireResult:
     """Clear the payloads of rows expired at `now_ms` (default: now); one commit, or none if nothing expired.
+
+    `spark`: a SparkSession, or a function that gives one, called only if some file may hold an
+    expired row (what the files' stats say is read without Spark).
 
     `owner`: the commit owner to trust (default: the table's embedded one and $FEEDLOG_OWNER).
     `clock` (default: the system clock) tells now, the rewritten files' time and the commit's.
@@ -138,9 +143,10 @@ def expire(
     options = snap.write_options()
     options_for_executors = dict(storage_options) if storage_options else None
     job = _Job(table.storage.location, options_for_executors, snap.schema, options, now, clock.now_ms())
-    results = (
-        spark.sparkContext.parallelize(candidates, min(len(candidates), 64)).map(lambda a: _rewrite(job, a)).collect()
-    )
+    session = spark() if callable(spark) else spark
+    with spark_job():
+        rdd = session.sparkContext.parallelize(candidates, min(len(candidates), 64))
+        results = rdd.map(lambda a: _rewrite(job, a)).collect()
     changed = [(Add.from_json(old), Add.from_json(new), n) for old, new, n in results if new is not None]
     if not changed:
         return ExpireResult(None, 0, 0)
@@ -156,4 +162,6 @@ def expire(
         for _old, new, _n in changed:
             storage.delete(urllib.parse.unquote(new.path))
         raise
+    if result.version is not None:
+        settle(table, result.version)
     return ExpireResult(result.version, len(changed), cleared)

@@ -1,51 +1,50 @@
 """The job behind `feedlog ingest`: feeds into a managed Delta table, batch or streaming.
 
-Batch: the driver reads where the table's txn markers say each feed stopped,
-asks each source for its signed length, and runs one Spark job over exactly
-that range (`feedlog` source -> `feedlog-delta` sink): one commit, exactly once.
+Before any Spark: `plan` asks every source for its signed length (a peer that
+is down fails here, in about a second) and reads where the table's txn markers
+say each feed stopped (the Delta log, read by this library); a table of another
+schema is refused here too. A caller with nothing new to land need not start
+Spark at all (`nothing_new`).
+
+Batch: one Spark job over exactly the planned range (`feedlog` source ->
+`feedlog-delta` sink): one commit, exactly once.
 Streaming: the same pair as a structured-streaming query with a checkpoint
 (default `<table>/_feedlog/checkpoints/<sources hash>`), micro-batches until
 stopped, or until caught up with `available_now`.
 
 Failures inside Spark come back as the feedlog error that caused them
-(`spark_error`), so the CLI can print one line and the right exit code.
+(`spark_errors.spark_job`), so the CLI can print one line and the right exit code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import re
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from .. import errors
 from ..delta import TableNotFound
+from ..delta.schema import conform
 from .feeds import FeedSource, parse_sources
+from .rows import SCHEMA
 from .sink import FORMAT as SINK
 from .sink import STATE_DIR, STORAGE_PREFIX, app_id, is_url, open_table, table_location
 from .source import FIRST_SEQ
 from .source import FORMAT as SOURCE
+from .spark_errors import root_error, spark_job
 
 Progress = Callable[[str], None]
-_ERROR = re.compile(r"feedlog\.errors\.(\w+): ([^\n]*)")
-
-
-def spark_error(exc: BaseException) -> errors.FeedlogError:
-    """The feedlog error behind a failed Spark job (the last one raised in a worker), else Unavailable."""
-    text = str(exc)
-    found = _ERROR.findall(text)
-    if found:
-        name, message = found[-1]
-        kind = getattr(errors, name, None)
-        if isinstance(kind, type) and issubclass(kind, errors.FeedlogError):
-            return kind(message.strip())
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return errors.Unavailable(f"the Spark job failed: {first[:500]}")
+#: (Spark tasks done, tasks known) of the running job, reported while it runs
+TaskProgress = Callable[[int, int], None]
 
 
 @dataclass
@@ -70,17 +69,27 @@ class IngestResult:
 def landed(
     table: str, sources: Sequence[FeedSource], owner: str | None = None, storage: Mapping[str, str] | None = None
 ) -> dict[str, int]:
-    """Where each feed's rows in the table end (its txn marker), FIRST_SEQ for a new feed or table."""
+    """Where each feed's rows in the table end (its txn marker), FIRST_SEQ for a new feed or table.
+
+    A table whose schema cannot take the source's rows is refused here (SchemaMismatch), before a
+    job would fail on it."""
     try:
         t = open_table(table, None, owner, storage)
     except TableNotFound:
         return {s.key_hex: FIRST_SEQ for s in sources}
+    try:
+        # (from_batches: Schema.empty_table would import pandas, seconds of a no-op rerun on a busy machine)
+        conform(pa.Table.from_batches([], schema=SCHEMA), t.snapshot().schema)
+    except errors.InvalidArgument as e:
+        raise type(e)(f"{table} is not a table of feed rows (feedlog ingest makes those): {e}") from None
     return {s.key_hex: max(t.txn_version(app_id(s.key_hex)) or FIRST_SEQ, FIRST_SEQ) for s in sources}
 
 
 def plan(
     sources: Sequence[FeedSource], table: str, owner: str | None = None, storage: Mapping[str, str] | None = None
 ) -> list[FeedPlan]:
+    """Each feed's range to land: from its txn marker in the table to the length its source signed.
+    No Spark: the table's log is read here and each source asked once (a down peer fails fast)."""
     starts = landed(table, sources, owner, storage)
     out = []
     for s in sources:
@@ -93,6 +102,29 @@ def plan(
             )
         out.append(FeedPlan(s, start, length))
     return out
+
+
+def plan_lines(plans: Sequence[FeedPlan]) -> list[str]:
+    """What a plan means to a user: a line per feed with entries to land, or the one `nothing_new` line."""
+    quiet = nothing_new(plans)
+    if quiet is not None:
+        return [quiet]
+    return [
+        f"feed {p.source.key_hex[:16]}... ({p.source.spec}): seqs {p.start}..{p.end - 1}, {p.entries} new"
+        for p in plans
+        if p.entries
+    ]
+
+
+def nothing_new(plans: Sequence[FeedPlan]) -> str | None:
+    """The one line to say when no feed has anything new (None if some has)."""
+    if any(p.entries for p in plans):
+        return None
+    if len(plans) == 1:
+        p = plans[0]
+        return f"nothing new: feed {p.source.key_hex[:16]}... ({p.source.spec}) already landed up to seq {p.end - 1}"
+    ends = ", ".join(str(p.end - 1) for p in plans[:5]) + (", ..." if len(plans) > 5 else "")
+    return f"nothing new: {len(plans)} feeds already landed up to their signed lengths (seqs {ends})"
 
 
 def _where(src: FeedSource) -> str:
@@ -121,18 +153,21 @@ def ingest_batch(
     token: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     progress: Progress = print,
+    plans: Sequence[FeedPlan] | None = None,
+    tasks: TaskProgress | None = None,
 ) -> IngestResult:
     """One Spark job landing every feed's new entries in `table` (a directory or an object-store URL
-    with `storage_options`), exactly once."""
-    sources = parse_sources(",".join(specs))
+    with `storage_options`), exactly once. `plans`: `plan`'s answer if the caller asked already;
+    `tasks`: told (done, total) of the job's Spark tasks about every second while it runs."""
     table = table_location(table)
-    plans = plan(sources, table, owner, storage_options)
-    for p in plans:
-        progress(f"feed {p.source.key_hex[:16]}... ({p.source.spec}): seqs {p.start}..{p.end - 1}, {p.entries} new")
-    total = sum(p.entries for p in plans)
-    if total == 0:
-        progress("nothing new to ingest")
+    if plans is None:  # (a caller that planned has told its user the plan already)
+        plans = plan(parse_sources(",".join(specs)), table, owner, storage_options)
+        for line in plan_lines(plans):
+            progress(line)
+    if nothing_new(plans) is not None:
         return IngestResult(None, 0, 0.0)
+    plans = [p for p in plans if p.entries]
+    total = sum(p.entries for p in plans)
     t0 = time.monotonic()
     job = uuid.uuid4().hex  # recorded in our commit: a concurrent job may commit after us
     before = _version(table, owner, storage_options)
@@ -140,7 +175,7 @@ def ingest_batch(
     def offsets(attr: str) -> str:
         return json.dumps({p.source.key_hex: getattr(p, attr) for p in plans})
 
-    try:
+    with spark_job(), watching(spark, tasks):
         df = (
             spark.read.format(SOURCE)
             .option("feeds", ",".join(_where(p.source) for p in plans))
@@ -150,19 +185,51 @@ def ingest_batch(
         )
         sink_options = _sink_options(owner, token, storage_options, job)
         df.write.format(SINK).options(**sink_options).mode("append").save(table)
-    except errors.FeedlogError:
-        raise
-    except Exception as e:  # Py4J / PySpark errors: find ours inside
-        raise spark_error(e) from None
     seconds = time.monotonic() - t0
     t = open_table(table, token, owner, storage_options)
-    done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans if p.entries)
+    done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans)
     if not done:
         raise errors.Conflict("the commit did not record every feed's progress; rerun to finish")
     # our commit: the newest, unless a concurrent job committed after it; none if another job
     # had already landed our entries
     mine = next((h for h in t.history(t.version() - before) if _job_of(h.commit_info) == job), None)
     return IngestResult(mine.version if mine else None, total, seconds, mine.in_commit_timestamp if mine else None)
+
+
+#: seconds between looks at a running job's tasks
+WATCH_EVERY = 1.0
+
+
+@contextlib.contextmanager
+def watching(spark: Any, report: TaskProgress | None, every: float = WATCH_EVERY) -> Iterator[None]:
+    """While the block runs, tell `report` (tasks done, tasks known) of the session's active jobs
+    every `every` s, from a thread (the block itself waits in one Spark call)."""
+    if report is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def look() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        while not stop.wait(every):
+            try:
+                done = total = 0
+                for sid in tracker.getActiveStageIds():
+                    info = tracker.getStageInfo(sid)
+                    if info is not None:
+                        done, total = done + info.numCompletedTasks, total + info.numTasks
+                if total:
+                    report(done, total)
+            except Exception:  # the session stopping under us: progress is best effort
+                return
+
+    thread = threading.Thread(target=look, name="feedlog-ingest-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every + 5)
 
 
 def _version(table: str, owner: str | None, storage: Mapping[str, str] | None) -> int:
@@ -207,7 +274,7 @@ def ingest_stream(
 ) -> IngestResult:
     sources = parse_sources(",".join(specs))
     table = table_location(table)
-    starts = landed(table, sources, owner, storage_options)
+    starts = landed(table, sources, owner, storage_options)  # (the table's progress: no Spark needed)
     ckpt = checkpoint_location or default_checkpoint(table, [_where(s) for s in sources])
     reader = (
         spark.readStream.format(SOURCE)
@@ -218,7 +285,7 @@ def ingest_stream(
         reader = reader.option("maxEntriesPerTrigger", str(max_entries_per_trigger))
     t0 = time.monotonic()
     rows = 0
-    try:
+    with spark_job():
         writer = reader.load().writeStream.format(SINK).options(**_sink_options(owner, token, storage_options))
         writer = writer.option("checkpointLocation", ckpt).outputMode("append")
         writer = (
@@ -253,10 +320,7 @@ def ingest_stream(
             if query.isActive:
                 query.stop()
         rows += report()
-        if query.exception() is not None:
-            raise spark_error(query.exception())
-    except errors.FeedlogError:
-        raise
-    except Exception as e:
-        raise spark_error(e) from None
+        failed = query.exception()
+        if failed is not None:
+            raise root_error(failed)
     return IngestResult(None, rows, time.monotonic() - t0)

@@ -24,11 +24,14 @@ rebuilds the tree and checks each signature against a key the user supplies.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from ..log.entries import DRIVE_EVENT, STAT_FIELDS, Record, decode_entry
+from ..log.entries import DRIVE_EVENT, STAT_FIELDS
+from ..log.entry_columns import decode_columns
 from ..log.merkle import Node, TreeState
 from ..replication.verify import Verified
 
@@ -81,57 +84,111 @@ def signed_value(state: TreeState, header: bytes) -> dict[str, Any]:
 
 
 class RowBuilder:
-    """Accumulates verified batches of one feed into Arrow record batches of `SCHEMA`."""
+    """Accumulates verified batches of one feed; `flush` makes them an Arrow record batch of `SCHEMA`.
+
+    Columns are built a batch at a time (`entry_columns.decode_columns`, arrays from
+    buffers): no Python object per row or per field (issue 17).
+    """
 
     def __init__(self, feed_hex: str, content_type: str, header: bytes) -> None:
         self.feed_hex = feed_hex
         self.drive = content_type == DRIVE_EVENT
         self.content_type = content_type
         self.header = header
-        self._cols: dict[str, list[Any]] = {n: [] for n in COLUMNS if n != "feed"}
+        self._batches: list[Verified] = []
+        self._rows = 0
+        #: block bytes held (a flush's binary columns stay under Arrow's 2 GiB offsets)
+        self.nbytes = 0
 
     def __len__(self) -> int:
-        return len(self._cols["seq"])
+        return self._rows
 
     def add(self, batch: Verified) -> None:
-        c = self._cols
-        last = batch.state.length - 1
-        leaves = {n.index // 2: n for n in batch.cleared}
-        for k, block in enumerate(batch.blocks):
-            seq = batch.start + k
-            if block is None:
-                self._cleared(seq, leaves[seq])
-            else:
-                self._entry(decode_entry(self.content_type, seq, block), block)
-            c["signed"].append(signed_value(batch.state, self.header) if seq == last else None)
-
-    def _entry(self, r: Record, block: bytes) -> None:
-        c = self._cols
-        c["seq"].append(r.seq)
-        c["key"].append(r.key)
-        c["value"].append(r.value)
-        c["deleted"].append(r.deleted)
-        c["timestamp"].append(ts_us(r.timestamp))
-        c["expires_at"].append(ts_us(r.expires_at))
-        c["stat"].append(r.stat if self.drive and r.stat is not None else None)
-        c["cleared"].append(False)
-        c["block"].append(block)
-        c["leaf_hash"].append(None)
-        c["size"].append(len(block))
-
-    def _cleared(self, seq: int, leaf: Node) -> None:
-        c = self._cols
-        c["seq"].append(seq)
-        for name in ("key", "value", "deleted", "timestamp", "expires_at", "stat", "block"):
-            c[name].append(None)
-        c["cleared"].append(True)
-        c["leaf_hash"].append(leaf.hash)
-        c["size"].append(leaf.size)
+        self._batches.append(batch)
+        self._rows += len(batch.blocks)
+        try:
+            self.nbytes += sum(map(len, batch.blocks))  # type: ignore[arg-type]
+        except TypeError:  # cleared blocks
+            self.nbytes += sum(len(b) for b in batch.blocks if b is not None)
 
     def flush(self) -> pa.RecordBatch:
-        n = len(self)
-        arrays = [pa.array([self.feed_hex] * n, pa.string())]
-        for name in COLUMNS[1:]:
-            arrays.append(pa.array(self._cols[name], SCHEMA.field(name).type))
-        self._cols = {n: [] for n in COLUMNS if n != "feed"}
-        return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+        batches, self._batches, self._rows, self.nbytes = self._batches, [], 0, 0
+        return build_rows(self.feed_hex, self.content_type, self.header, batches)
+
+
+def build_rows(feed_hex: str, content_type: str, header: bytes, batches: Sequence[Verified]) -> pa.RecordBatch:
+    """The rows of verified `batches` of one feed, in `SCHEMA`."""
+    blocks = [b for v in batches for b in v.blocks]
+    n = len(blocks)
+    ranges = [np.arange(v.start, v.start + len(v.blocks), dtype=np.int64) for v in batches]
+    seqs = np.concatenate(ranges) if ranges else np.zeros(0, np.int64)
+    cols = decode_columns(content_type, seqs, blocks)
+    present = cols.present
+    # cleared blocks: their leaf's hash and size; the last row of each signed batch: its signed state
+    cleared = _cleared_rows(batches)
+    signed = [(k, v.state) for k, v in _signed_rows(batches)]
+    sizes = cols.size.copy()
+    for k, leaf in cleared:
+        sizes[k] = leaf.size
+    leaf_hash = _sparse(n, pa.binary(), [k for k, _ in cleared], [leaf.hash for _, leaf in cleared])
+    signed_col = _sparse(n, SIGNED, [k for k, _ in signed], [signed_value(st, header) for _, st in signed])
+    arrays = [
+        _repeated(feed_hex, n),
+        pa.array(seqs, pa.int64()),
+        cols.key,
+        cols.value,
+        pa.array(cols.deleted, pa.bool_(), mask=~present),
+        _timestamps(cols.timestamp, cols.has_timestamp),
+        _timestamps(cols.expires_at, cols.has_expires_at),
+        cols.stat if cols.stat is not None and content_type == DRIVE_EVENT else pa.nulls(n, STAT),
+        pa.array(~present, pa.bool_()),
+        cols.block,
+        leaf_hash,
+        pa.array(sizes, pa.int64()),
+        signed_col,
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def _cleared_rows(batches: Sequence[Verified]) -> list[tuple[int, Node]]:
+    out: list[tuple[int, Node]] = []
+    row = 0
+    for v in batches:
+        if v.cleared:
+            leaves = {leaf.index // 2: leaf for leaf in v.cleared}
+            out.extend((row + k, leaves[v.start + k]) for k, b in enumerate(v.blocks) if b is None)
+        row += len(v.blocks)
+    return out
+
+
+def _signed_rows(batches: Sequence[Verified]) -> list[tuple[int, Verified]]:
+    out: list[tuple[int, Verified]] = []
+    row = 0
+    for v in batches:
+        row += len(v.blocks)
+        if v.blocks and v.start + len(v.blocks) == v.state.length:  # a trimmed batch has no last row here
+            out.append((row - 1, v))
+    return out
+
+
+def _sparse(n: int, kind: pa.DataType, rows: Sequence[int], values: Sequence[Any]) -> pa.Array:
+    """A column of n nulls but `values` at `rows`: the few values and one null, taken by index."""
+    few = pa.array([*values, None], kind)
+    idx = np.full(n, len(values), np.int64)
+    idx[list(rows)] = np.arange(len(values))
+    return few.take(pa.array(idx))
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    raw = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+def _timestamps(ms: np.ndarray, has: np.ndarray) -> pa.Array:
+    """Writer ms as a microsecond timestamp column (`ts_us`): null where absent or too far out."""
+    valid = has & (ms <= MAX_TS_MS)
+    us = np.where(valid, ms, 0).astype(np.int64) * 1000
+    nulls = len(valid) - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(TIMESTAMP, len(valid), [bitmap, pa.py_buffer(us)], nulls)

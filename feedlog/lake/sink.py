@@ -40,6 +40,7 @@ import contextlib
 import os
 import urllib.parse
 import uuid
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ from ..delta.schema import conform
 from ..delta.transaction import CommitResult
 from ..delta.writer import WriteOptions, write_files
 from ..errors import AlreadyExists, Conflict, FeedlogError, InvalidArgument
+from .spark_errors import marked
 
 FORMAT = "feedlog-delta"
 APP_PREFIX = "feedlog:"
@@ -279,7 +281,7 @@ class SinkConfig:
         incoming = to_arrow_schema(spark_schema, timezone="UTC")
         table = open_or_create(path, incoming, options)
         snap = table.snapshot()
-        conform(incoming.empty_table(), snap.schema)  # a clear SchemaMismatch now, not in every task
+        conform(pa.Table.from_batches([], schema=incoming), snap.schema)  # a clear SchemaMismatch now, not per task
         if streaming:
             app, version = options.get("queryId"), None
         else:
@@ -403,16 +405,35 @@ def _provenance(key: str, r: FeedRange) -> dict[str, Any]:
     return out
 
 
+def settle(table: DeltaTable, version: int) -> bool:
+    """Have the table's owner backfill through `version` before the job reports it landed.
+
+    A served owner acknowledges a commit once it is ratified and backfills it in the background
+    (managed commits allow it: readers that know the owner ask it for the rest). Readers that do
+    not (delta-rs, DuckDB, an engine without managed commits) read `_delta_log/` alone, so a job
+    ends with its own commit there: what it reports as landed, every reader sees. The commit is
+    already durable, so an owner that cannot be reached now is a warning, not a failed job.
+    Returns whether `version` is in `_delta_log/`.
+    """
+    try:
+        table.backfill(version)
+    except FeedlogError as e:
+        warnings.warn(f"committed version {version}, but its backfill to _delta_log is pending: {e}", stacklevel=2)
+        return False
+    return True
+
+
 def _maintain(table: DeltaTable, result: CommitResult) -> None:
     if result.version is None:
         return
+    if not settle(table, result.version):
+        return  # a checkpoint needs its version in _delta_log: this one is skipped (readers replay commits)
     conf = table.snapshot().properties
     try:
         every = int(conf.get(CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL))
     except ValueError:
         every = DEFAULT_CHECKPOINT_INTERVAL
     if every > 0 and result.version % every == 0:
-        table.backfill(result.version)
         table.checkpoint(result.version)
         table.cleanup()
 
@@ -449,6 +470,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self.config.abort(_ours(messages))
 
 
+@marked(DeltaBatchWriter, DeltaStreamWriter)  # a feedlog error reaches the driver as itself
 class DeltaSink(DataSource):
     @classmethod
     def name(cls) -> str:

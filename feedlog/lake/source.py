@@ -43,10 +43,13 @@ from ..errors import InvalidArgument
 from ..log.entries import decode_header
 from .feeds import FeedSource, parse_sources
 from .rows import SCHEMA, RowBuilder
+from .spark_errors import marked
 
 FORMAT = "feedlog"
 DEFAULT_ENTRIES_PER_PARTITION = 200_000
 ROWS_PER_BATCH = 8192
+#: block bytes per Arrow batch: its binary columns stay far below Arrow's 2 GiB offsets
+BYTES_PER_BATCH = 64 << 20
 #: entries start after the header block
 FIRST_SEQ = 1
 
@@ -148,7 +151,7 @@ def read_partition(feeds: Sequence[SourceFeed], part: FeedPartition) -> Iterator
     rows = RowBuilder(f.source.key_hex, f.content_type, f.header)
     for batch in f.source.read(part.start, part.end):
         rows.add(batch)
-        if len(rows) >= ROWS_PER_BATCH:
+        if len(rows) >= ROWS_PER_BATCH or rows.nbytes >= BYTES_PER_BATCH:
             yield rows.flush()
     if len(rows):
         yield rows.flush()
@@ -229,6 +232,7 @@ class FeedStreamReader(DataSourceStreamReader):
         """Nothing to acknowledge: a feed keeps its blocks; progress lives in Spark's checkpoint."""
 
 
+@marked(FeedBatchReader, FeedStreamReader)  # a feedlog error reaches the driver as itself
 class FeedDataSource(DataSource):
     @classmethod
     def name(cls) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from feedlog import failpoints
 from feedlog.delta import DeltaTable
 from feedlog.errors import Corruption
 from feedlog.lake.audit import audit_table
@@ -77,14 +80,19 @@ def test_peer_to_managed_table_end_to_end(spark, tmp_path: Path, owner: OwnerSer
         wait_length(second.address, KEY_A.public_key, feed.length)
         table = tmp_path / "table"
         src = url(second, KEY_A.public_key)
+        failpoints.arm("owner.backfill.background=error")  # the owner's background backfill fails once
         r1 = ingest_batch(spark, [src], str(table), owner=owner.endpoint, progress=quiet)
         assert (r1.version, r1.rows) == (1, 1000)
+        # the served owner backfills in the background, but a job ends with its commit in the log
+        assert (table / "_delta_log" / f"{1:020d}.json").exists()
+        failpoints.arm("")
 
         append(feed, 234, batch=50)
         push(tmp_path / "feed", Address.parse(f"grpc://{first.address}"), token=first.token)
         wait_length(second.address, KEY_A.public_key, feed.length)
         r2 = ingest_batch(spark, [src], str(table), owner=owner.endpoint, progress=quiet)
         assert (r2.version, r2.rows) == (2, 234)
+        assert (table / "_delta_log" / f"{2:020d}.json").exists()
         again = ingest_batch(spark, [src], str(table), owner=owner.endpoint, progress=quiet)
         assert (again.version, again.rows) == (None, 0)
 
@@ -107,6 +115,7 @@ def test_peer_to_managed_table_end_to_end(spark, tmp_path: Path, owner: OwnerSer
             assert got == expected
         assert audit_table(str(table), [KEY_A.public_key]).ok
     finally:
+        failpoints.arm("")
         for p in (second, first):
             if p is not None:
                 p.stop(grace=1)
@@ -147,6 +156,22 @@ class TamperingFeeds(FeedsService):  # type: ignore[misc]
             yield resp
 
 
+@contextlib.contextmanager
+def tampering_peer(data: Path, victim: int) -> Iterator[int]:
+    """A `TamperingFeeds` peer over the feeds under `data` on 127.0.0.1, altering block `victim`: its port."""
+    host = FeedHost(data)
+    service = TamperingFeeds(host)
+    service.victim = victim
+    server, port, _health = start_server(
+        "127.0.0.1:0", [rpc_handler(service, feeds_pb2, "Feeds")], [], tls=None, workers=8, max_message_bytes=64 << 20
+    )
+    try:
+        yield port
+    finally:
+        server.stop(1)
+        host.close()
+
+
 def test_a_tampered_block_fails_the_job_and_leaves_the_table(spark, tmp_path: Path) -> None:
     feed = make_feed(tmp_path / "feed", 300, batch=100)
     table = tmp_path / "table"
@@ -156,17 +181,7 @@ def test_a_tampered_block_fails_the_job_and_leaves_the_table(spark, tmp_path: Pa
     honest = PeerServer(tmp_path / "peer").start()
     push(tmp_path / "feed", Address.parse(f"grpc://{honest.address}"), token=honest.token)
     honest.stop(grace=1)
-    host = FeedHost(tmp_path / "peer")
-    TamperingFeeds.victim = 350
-    server, port, _health = start_server(
-        "127.0.0.1:0",
-        [rpc_handler(TamperingFeeds(host), feeds_pb2, "Feeds")],
-        [],
-        tls=None,
-        workers=8,
-        max_message_bytes=64 << 20,
-    )
-    try:
+    with tampering_peer(tmp_path / "peer", victim=350) as port:
         before = DeltaTable.open(table).version()
         files_before = sorted(p.name for p in table.glob("*.parquet"))
         with pytest.raises(Corruption, match="do not hash to the signed tree"):
@@ -174,9 +189,6 @@ def test_a_tampered_block_fails_the_job_and_leaves_the_table(spark, tmp_path: Pa
         assert DeltaTable.open(table).version() == before
         assert sorted(p.name for p in table.glob("*.parquet")) == files_before
         assert seqs(table) == list(range(1, 301))
-    finally:
-        server.stop(1)
-        host.close()
 
 
 def test_a_job_reports_its_own_commit_when_another_job_commits_after_it(
@@ -347,4 +359,43 @@ def test_ingest_stream_expire_and_audit_on_s3(spark, tmp_path: Path, s3_server: 
     args = ["audit", table, "--key", KEY_A.public_key.hex(), "--owner", db, "--json"]
     args += [a for k, v in opts.items() for a in ("--storage-option", f"{k}={v}")]
     assert main(args) == 0
-    assert '"ok": true' in capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_land_writes_in_the_tasks_what_the_dataframe_route_writes(spark, tmp_path: Path) -> None:
+    """`land` (rows never enter the JVM) gives the DataFrame route's rows and commit, exactly once; a
+    block that fails to verify in one task leaves neither a commit nor the other tasks' files."""
+    from feedlog.lake.land import land
+    from feedlog.log import storage
+    from feedlog.log.crypto import leaf_hash
+
+    make_feed(tmp_path / "feed", 450, batch=50).close()
+    where = str(tmp_path / "feed")
+    read = {"feeds": where, "endingOffsets": "301", "maxEntriesPerPartition": "100"}
+    r = land(spark, read, str(tmp_path / "t1"), {"jobId": "j1"})
+    assert r is not None and r.version == 1
+    df = spark.read.format("feedlog").options(**read).load()
+    df.write.format("feedlog-delta").mode("append").save(str(tmp_path / "t2"))
+    rows = [DeltaTable.open(tmp_path / t).to_arrow().sort_by("seq").to_pylist() for t in ("t1", "t2")]
+    assert rows[0] == rows[1] and [x["seq"] for x in rows[0]] == list(range(1, 301))
+    info = DeltaTable.open(tmp_path / "t1").history(1)[0].commit_info["feedlog"]
+    assert info["job"] == "j1" and (info["feeds"][0]["from"], info["feeds"][0]["to"]) == (1, 301)
+    assert land(spark, read, str(tmp_path / "t1"), {}).skipped  # type: ignore[union-attr]  # exactly once
+
+    with Feed.open(tmp_path / "feed") as f:  # block 420 altered on disk, its stored leaf with it
+        off, n, _flags = f.core._entry(420)
+    with open(tmp_path / "feed" / storage.LOG, "r+b") as log:
+        log.seek(off)
+        block = bytearray(log.read(n))
+        block[-1] ^= 1
+        log.seek(off)
+        log.write(block)
+    with open(tmp_path / "feed" / storage.TREE, "r+b") as tree:
+        tree.seek(840 * storage.NODE.size)
+        tree.write(storage.NODE.pack(leaf_hash(bytes(block)), n))
+    before = sorted(p.name for p in (tmp_path / "t1").glob("*.parquet"))
+    rest = {"feeds": where, "startingOffsets": "301", "maxEntriesPerPartition": "50"}
+    with pytest.raises(Corruption, match="do not hash to the signed tree"):
+        land(spark, rest, str(tmp_path / "t1"), {})
+    assert DeltaTable.open(tmp_path / "t1").version() == 1
+    assert sorted(p.name for p in (tmp_path / "t1").glob("*.parquet")) == before

@@ -1,0 +1,62 @@
+"""Feeds into a Delta table in one Spark job whose rows never leave the Python workers.
+
+    land(spark, {"feeds": ..., "startingOffsets": ..., "endingOffsets": ...}, "data/table", {"jobId": ...})
+
+does what
+
+    spark.read.format("feedlog").options(**read_options).load()
+         .write.format("feedlog-delta").options(**write_options).mode("append").save(table)
+
+does, with the same options, checks and commit, minus the trip through the JVM: there every
+row goes from the reader's Python worker into Spark (Arrow to rows) and out again to the
+writer's (rows to Arrow), two conversions that cost as much as Spark's whole Parquet write
+(issue 17; tools/bench/bench_ingest.py). Here each task reads its seq range, verifies every
+block, builds the Arrow batches and writes the Parquet files in one process, and returns only
+the files' `add` actions; the driver commits them as the sink's commit does (one txn claim per
+feed: exactly once). A task that fails with a feedlog error returns it rather than failing the
+job, so the driver still holds the other tasks' files: it deletes them and raises that error.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from ..delta.transaction import CommitResult
+from ..errors import FeedlogError
+from .rows import SCHEMA
+from .sink import FilesWritten, SinkConfig
+from .source import FeedBatchReader, FeedPartition, SourceFeed, read_partition
+
+
+def land(
+    spark: Any, read_options: Mapping[str, str], table: str, write_options: Mapping[str, str]
+) -> CommitResult | None:
+    """Read the feeds `read_options` name (the `feedlog` source's options) and append their rows to
+    `table` (the `feedlog-delta` sink's options): the commit made, or None if there was nothing new."""
+    reader = FeedBatchReader(read_options)
+    parts = list(reader.partitions())
+    config = SinkConfig.prepare(
+        {**write_options, "path": table}, from_arrow_schema(SCHEMA), overwrite=False, streaming=False
+    )
+    if not parts:
+        return None
+    task = functools.partial(_write_partition, reader.feeds, config)
+    results = spark.sparkContext.parallelize(parts, len(parts)).map(task).collect()
+    written = [r for r in results if isinstance(r, FilesWritten)]
+    failed = [r for r in results if isinstance(r, FeedlogError)]
+    if failed:
+        config.abort(written)
+        raise failed[0]
+    return config.commit(written)
+
+
+def _write_partition(feeds: list[SourceFeed], config: SinkConfig, part: FeedPartition) -> FilesWritten | FeedlogError:
+    """One task: its range read and verified, written as Parquet files (not yet in the table)."""
+    try:
+        return config.write(read_partition(feeds, part))
+    except FeedlogError as e:  # the driver removes the job's other files before raising it
+        return e
