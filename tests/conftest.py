@@ -61,8 +61,32 @@ def _start_spark() -> Any:
     return _SPARK[0]
 
 
+#: the tests that take minutes, by name
+LONGEST = (
+    "test_ingest_on_a_cluster_into_s3",
+    "test_readme_runs_as_written",
+    "test_a_job_killed_mid_batch",
+)
+
+
+def _cost(item: pytest.Item) -> int:
+    """A rough rank of how long a test runs: the minutes-long ones, other real Spark jobs, other slow
+    tests, then the rest."""
+    if item.get_closest_marker("slow") is None:
+        return 3
+    # the three that take minutes (the cluster kills, the README run block by block, the killed batch):
+    # first, so that they run side by side on different workers instead of one starting last
+    if item.name.startswith(LONGEST):
+        return 0
+    return 1 if "/lake/" in str(item.path) else 2
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a run that keeps a Spark test starts one
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Longest first (stable otherwise): with pytest-xdist (`tools/run test` runs one worker per core) the
+    # minutes-long end-to-end tests start at once on separate workers, instead of one of them starting
+    # last and leaving the other worker idle at the end. Every worker sorts the same way.
+    items.sort(key=_cost)
     # Start the JVM before any test creates gRPC threads: PySpark forks it (Popen with a
     # preexec_fn), and a fork while gRPC's threads hold their locks can kill the child before
     # it execs ("Java gateway process exited"; seen once under load in the demo).

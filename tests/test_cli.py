@@ -32,7 +32,7 @@ def test_feed_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0 and json.loads(out) == {"appended": 25, "first_seq": 4, "last_seq": 28, "length": 29}
 
     code, out, _ = run(capsys, "get", f, "k3")
-    assert code == 0 and out == "v3"
+    assert code == 0 and out == "v3\n"
     assert run(capsys, "get", f, "greeting")[0] == 3  # deleted
     code, out, _ = run(capsys, "cat", f, "--from", "1", "--to", "3", "--json", "--raw")
     rows = [json.loads(x) for x in out.splitlines()]

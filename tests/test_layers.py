@@ -5,7 +5,7 @@ A small reader over `ast` (no import runs): every `import` and `from ... import`
 functions (lazy imports) and under `if TYPE_CHECKING`, since each one ties two modules
 together whether or not it runs at import time. Three rules:
 
-- layers, bottom to top: the foundation (`errors`, `clock`, `failpoints`, `pb`, `rpc`, `version`) <
+- layers, bottom to top: the foundation (`errors`, `clock`, `extras`, `failpoints`, `pb`, `rpc`, `version`) <
   `log` < `replication` | `delta` (side by side: neither imports the other) < `lake` <
   the server package < `cli` < `feedlog/__init__.py` and `feedlog/__main__.py`.
   A module imports its own component or a lower layer, never a higher or sideways one;
@@ -43,6 +43,7 @@ LAYERS: tuple[Mapping[str, tuple[str, ...]], ...] = (
         "foundation": (
             "feedlog.errors",
             "feedlog.clock",
+            "feedlog.extras",
             "feedlog.failpoints",
             "feedlog.pb",
             "feedlog.rpc",

@@ -22,10 +22,21 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line, not a usage dump."""
+    """argparse, but a usage mistake is one line, not a usage dump.
+
+    The line is the command's one error form once printed (`feedlog: error: ...`),
+    naming the subcommand and where its help is:
+    `feedlog: error: table create: the following arguments are required: --schema (see feedlog table create --help)`.
+    """
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        raise UsageError(usage_text(self.prog, message))
+
+
+def usage_text(prog: str, message: str) -> str:
+    """A usage mistake of the command `prog` (`feedlog table create`), without the `feedlog: error:` prefix."""
+    sub = prog.partition(" ")[2]
+    return f"{sub + ': ' if sub else ''}{message} (see {prog} --help)"
 
 
 #: a command: parsed arguments in, its exit code out (None: 0)

@@ -4,20 +4,39 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import signal
+import stat
 import sys
-import time
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO
 
-from ..errors import InvalidArgument
+from ..errors import Corruption, InvalidArgument, NotFound, PermissionDenied
 from ..log.core import MAX_BATCH_BYTES
-from ..log.entries import DRIVE_EVENT, PROTOCOLS
+from ..log.entries import DRIVE_EVENT, PROTOCOLS, decode_header
 from ..log.feed import DEFAULT_TIMESTAMPS, Feed, Write
 from ..log.timestamps import TimestampPolicy, parse_duration
 from ..replication import wire
 from .args import Handler, Parser, Subcommands, add_command
-from .fmt import Json, appended_json, emit, fmt_ts, record_json, record_line
+from .fmt import (
+    Json,
+    Progress,
+    appended_json,
+    emit,
+    error_line,
+    fmt_ts,
+    interrupted_line,
+    json_line,
+    plural,
+    progress_flag,
+    progress_wanted,
+    record_json,
+    record_line,
+    writes_to_file,
+)
 from .remote import client_for, is_remote, tls_args
 
 DEFAULT_BATCH = 1000
@@ -91,7 +110,8 @@ def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
     known = {"key", "value", "value_hex", "stat", "deleted", "ttl", "timestamps"}
     extra = set(obj) - known
     if extra:
-        raise InvalidArgument(f"line {lineno}: unknown field(s) {', '.join(sorted(extra))}")
+        fields = "field" if len(extra) == 1 else "fields"
+        raise InvalidArgument(f"line {lineno}: unknown {fields} {', '.join(sorted(extra))}")
     try:
         deleted = bool(obj.get("deleted", False))
         value: bytes | dict[str, object] | None = None
@@ -113,71 +133,147 @@ def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
     return Write(obj["key"], value, deleted, ttl, policy)
 
 
-class Progress:
-    """A one-line progress display on a terminal (silent otherwise)."""
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Let a SIGINT that arrives inside the block take effect only when it ends (then KeyboardInterrupt).
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.on = stream.isatty()
-        self.start = time.monotonic()
-        self.last = 0.0
+    Around one signed batch's append: it lands whole or not at all, so an
+    interrupted `append` can say exactly which input lines are in the feed.
+    Outside the main thread (where Python delivers signals) there is nothing to defer.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
-    def update(self, done: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if not self.on or (not final and now - self.last < 0.1):
-            return
-        self.last = now
-        rate = done / max(now - self.start, 1e-9)
-        self.stream.write(f"\rappended {done:,} entries ({rate:,.0f}/s)" + ("\n" if final else ""))
-        self.stream.flush()
+
+def open_jsonl(name: str) -> tuple[IO[bytes], int | None]:
+    """The input of `append --jsonl` as bytes, and its size if known (a regular file): for progress."""
+    if name == "-":
+        src = sys.stdin.buffer
+    else:
+        try:
+            src = open(name, "rb")  # noqa: SIM115 -- closed by the caller
+        except FileNotFoundError:
+            raise NotFound(f"--jsonl {name}: no such file") from None
+        except IsADirectoryError:
+            raise InvalidArgument(f"--jsonl {name}: is a directory, not a file of JSON lines") from None
+        except PermissionError:
+            raise PermissionDenied(f"--jsonl {name}: permission denied") from None
+    try:
+        st = os.fstat(src.fileno())
+        size = st.st_size - src.tell() if stat.S_ISREG(st.st_mode) else None
+    except (OSError, ValueError):
+        size = None
+    return src, size
 
 
-def cmd_append(ns: argparse.Namespace) -> None:
+def resume_hint(ns: argparse.Namespace, lines: int) -> str:
+    """The command that continues an interrupted append after its first `lines` input lines."""
+    args = ["feedlog", "append", ns.path, "--jsonl", ns.jsonl, "--skip", str(lines)]
+    if ns.batch != DEFAULT_BATCH:
+        args += ["--batch", str(ns.batch)]
+    return shlex.join(args) + (" (with the same input on stdin)" if ns.jsonl == "-" else "")
+
+
+def cmd_append(ns: argparse.Namespace) -> int:
     if ns.batch < 1:
         raise InvalidArgument("--batch must be at least 1")
-    src: IO[str] = sys.stdin if ns.jsonl == "-" else open(ns.jsonl, encoding="utf-8")  # noqa: SIM115
+    if ns.skip < 0:
+        raise InvalidArgument("--skip must be 0 or more")
+    src, size = open_jsonl(ns.jsonl)
     seqs: list[int] = []  # first and last seq appended
-    done = 0
-    progress = Progress(sys.stderr)
+    done = 0  # entries appended (whole signed batches)
+    lines_in = ns.skip  # input lines (blank ones too) whose entries are all in the feed
+    read = 0  # bytes of input read, for progress
+    length = 0
     try:
-        with opened(ns.path, writable=True) as feed:
+        with (
+            opened(ns.path, writable=True) as feed,
+            Progress("append", total=size, unit="bytes", enabled=progress_wanted(ns)) as progress,
+        ):
+            length = feed.length
             batch: list[Write] = []
             weight = 0
+            last_line = lineno = ns.skip  # the input line of the batch's last entry; the line read
 
             def flush() -> None:
-                nonlocal batch, done, weight
-                out = feed.append(batch)
-                seqs[:] = [seqs[0] if seqs else out[0].seq, out[-1].seq]
-                done += len(batch)
+                nonlocal batch, done, weight, lines_in, length
+                with sigint_deferred():  # the batch lands whole or not at all: the counts below are exact
+                    out = feed.append(batch)
+                    done += len(batch)
+                    lines_in, length = last_line, feed.length
+                    seqs[:] = [seqs[0] if seqs else out[0].seq, out[-1].seq]
                 batch, weight = [], 0
-                progress.update(done)
+                progress.update(read, plural(done, "entry", "entries"))
 
-            for lineno, line in enumerate(src, 1):
-                if not line.strip():
-                    continue
-                try:
-                    write = parse_jsonl_line(feed, line, lineno)
-                except InvalidArgument as e:
-                    raise InvalidArgument(f"{e} ({done} entries before it were appended)") from None
-                if batch and weight + write.weight() > MAX_BATCH_BYTES:  # large values: a batch no reader could take
+            try:
+                for lineno, raw in enumerate(src, 1):
+                    read += len(raw)
+                    if lineno <= ns.skip:
+                        continue
+                    if lineno == ns.skip + 1 and ns.skip:
+                        progress.rebase(read - len(raw))
+                    line = decode_line(raw, lineno, done)
+                    if not line.strip():
+                        continue
+                    try:
+                        write = parse_jsonl_line(feed, line, lineno)
+                    except InvalidArgument as e:
+                        raise InvalidArgument(
+                            f"{e} ({plural(done, 'entry', 'entries')} before it were appended)"
+                        ) from None
+                    if (
+                        batch and weight + write.weight() > MAX_BATCH_BYTES
+                    ):  # large values: a batch no reader could take
+                        flush()
+                    batch.append(write)
+                    weight += write.weight()
+                    last_line = lineno
+                    if len(batch) >= ns.batch:
+                        flush()
+                if batch:
                     flush()
-                batch.append(write)
-                weight += write.weight()
-                if len(batch) >= ns.batch:
-                    flush()
-            if batch:
-                flush()
-            progress.update(done, final=True)
-            length = feed.length
+            except KeyboardInterrupt:
+                progress.close()
+                if done:
+                    how = "durably appended" if feed.core.fsync else "appended (not fsynced: a --no-fsync feed)"
+                    landed = f"{plural(done, 'entry', 'entries')} {how} (seq {seqs[0]}..{seqs[1]})"
+                    if lines_in:
+                        landed += f", input lines 1..{lines_in:,} are in the feed"
+                else:
+                    landed = "no entries appended"
+                print(interrupted_line(f"{landed}; to resume: {resume_hint(ns, lines_in)}"), file=sys.stderr)
+                return 130
     finally:
-        if src is not sys.stdin:
+        if src is not sys.stdin.buffer:
             src.close()
     first, last = seqs if seqs else (None, None)
     emit(
         ns,
         {"appended": done, "first_seq": first, "last_seq": last, "length": length},
-        f"appended {done} entries (seq {first}..{last}), length {length}" if done else "nothing appended",
+        f"appended {plural(done, 'entry', 'entries')} (seq {first}..{last}), length {length}"
+        if done
+        else "nothing appended",
     )
+    return 0
+
+
+def decode_line(raw: bytes, lineno: int, done: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidArgument(
+            f"line {lineno}: not UTF-8 ({e.reason} at byte {e.start}) "
+            f"({plural(done, 'entry', 'entries')} before it were appended)"
+        ) from None
 
 
 def cmd_get(ns: argparse.Namespace) -> int:
@@ -187,16 +283,18 @@ def cmd_get(ns: argparse.Namespace) -> int:
     if r is None:
         emit(ns, None, None)
         if not ns.json:
-            print(f"feedlog: {ns.key!r} not found (never written, deleted or expired)", file=sys.stderr)
+            print(error_line(f"{ns.key!r} not found (never written, deleted or expired)"), file=sys.stderr)
         return 3
     if ns.json:
         emit(ns, record_json(r, now))
     elif r.stat is not None:
-        print(json.dumps(r.stat))
+        print(json_line(r.stat))
     else:
+        # the value's bytes as they are, then a newline as every line of text ends (`$(feedlog get ...)`
+        # drops it); --raw: the bytes alone, for binary values and byte-exact copies
         out = sys.stdout.buffer
         out.write(r.value or b"")
-        if sys.stdout.isatty():
+        if not ns.raw:
             out.write(b"\n")
         out.flush()
     return 0
@@ -213,18 +311,57 @@ def cmd_history(ns: argparse.Namespace) -> None:
             print(record_line(r, now))
 
 
+def header_json(seq: int, block: bytes | None) -> dict[str, Json]:
+    """Block 0, the feed header: a hyperdb `Header` protobuf naming the feed's content type."""
+    out: dict[str, Json] = {"seq": seq, "header": True}
+    if block is None:
+        out["cleared"] = True
+        return out
+    try:
+        out["type"] = decode_header(block)
+    except Corruption as e:
+        out["invalid"] = str(e)
+    out["block"] = block.hex()
+    return out
+
+
+def header_line(block: bytes | None) -> str:
+    h = header_json(0, block)
+    if block is None:
+        return "0\t(header, cleared)"
+    what = f"type {h['type']}" if "type" in h else f"invalid: {h['invalid']}"
+    return f"0\t(header: {what})\t0x{block.hex()}"
+
+
 def cmd_cat(ns: argparse.Namespace) -> None:
+    if ns.from_ < 0:
+        raise InvalidArgument(f"--from {ns.from_}: a seq is 0 or more (0 is the feed header)")
+    if ns.to is not None and ns.to < ns.from_:
+        raise InvalidArgument(f"--from {ns.from_} --to {ns.to}: the range is empty (--to is at least --from)")
     with opened(ns.path) as feed:
         now = feed.clock.now_ms()
-        start = max(ns.from_, 1)
         end = feed.length if ns.to is None else min(ns.to + 1, feed.length)
-        for r in feed.records(start, end):
-            if ns.json:
-                print(json.dumps(record_json(r, now, raw=ns.raw)))
-            elif ns.raw:
-                print(f"{r.seq}\t" + ("(cleared)" if r.block is None else r.block.hex()))
-            else:
-                print(record_line(r, now))
+        if ns.from_ > feed.length:  # == length: nothing yet, as a reader polling for new entries expects
+            raise NotFound(f"--from {ns.from_} is past the end: the feed has seqs 0..{feed.length - 1}")
+        long_output = writes_to_file(sys.stdout) and progress_wanted(ns)
+        with Progress("cat", total=max(end - ns.from_, 0), unit="entries", enabled=long_output) as progress:
+            if ns.from_ == 0 and end > 0:
+                header = feed.core.get(0)
+                if ns.json:
+                    print(json_line(header_json(0, header)))
+                elif ns.raw:
+                    print("0\t" + ("(cleared)" if header is None else header.hex()))
+                else:
+                    print(header_line(header))
+            for n, r in enumerate(feed.records(max(ns.from_, 1), end), 1):
+                if ns.json:
+                    print(json_line(record_json(r, now, raw=ns.raw)))
+                elif ns.raw:
+                    print(f"{r.seq}\t" + ("(cleared)" if r.block is None else r.block.hex()))
+                else:
+                    print(record_line(r, now))
+                if n % 4096 == 0:
+                    progress.update(n)
 
 
 def cmd_info(ns: argparse.Namespace) -> None:
@@ -255,10 +392,31 @@ def cmd_timestamp(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(ns: argparse.Namespace) -> None:
+def cmd_verify(ns: argparse.Namespace) -> int:
     with opened(ns.path) as feed:
-        rep = feed.verify()
         key = feed.key.hex()
+        checked = 0
+        with Progress("verify", total=feed.length, unit="blocks", enabled=progress_wanted(ns)) as progress:
+
+            def on_progress(n: int) -> None:
+                nonlocal checked
+                checked = n
+                progress.update(n)
+
+            try:
+                rep = feed.verify(on_progress=on_progress)
+            except KeyboardInterrupt:
+                progress.close()
+                print(
+                    interrupted_line(
+                        f"blocks 0..{checked - 1:,} of {feed.length:,} re-hashed and match the stored tree "
+                        "(the signed root is checked at the end: not yet)"
+                        if checked
+                        else "nothing verified yet"
+                    ),
+                    file=sys.stderr,
+                )
+                return 130
     data: dict[str, Json] = {
         "ok": True,
         "key": key,
@@ -270,8 +428,10 @@ def cmd_verify(ns: argparse.Namespace) -> None:
     emit(
         ns,
         data,
-        f"ok: {rep.length} blocks ({rep.byte_length} bytes, {rep.cleared} cleared) verify against the signed root",
+        f"ok: {plural(rep.length, 'block')} ({plural(rep.byte_length, 'byte')}, {rep.cleared:,} cleared) "
+        "verify against the signed root",
     )
+    return 0
 
 
 def cmd_compact(ns: argparse.Namespace) -> None:
@@ -280,14 +440,14 @@ def cmd_compact(ns: argparse.Namespace) -> None:
     emit(
         ns,
         {"cleared": rep.cleared, "bytes_cleared": rep.bytes_cleared},
-        f"cleared {rep.cleared} blocks ({rep.bytes_cleared} bytes); Merkle nodes kept",
+        f"cleared {plural(rep.cleared, 'block')} ({plural(rep.bytes_cleared, 'byte')}); Merkle nodes kept",
     )
 
 
 def cmd_demo(ns: argparse.Namespace) -> None:
     from .demo import run_demo
 
-    run_demo(ns.dir)
+    run_demo(ns.dir, keep=ns.keep)
 
 
 # ---- the remote forms (grpc://HOST:PORT[/KEY]): the same commands on a feed a peer holds --------------
@@ -330,9 +490,10 @@ def register(sub: Subcommands) -> None:
     p.add_argument("path", help="a directory, or grpc://HOST:PORT to have a peer create (and own) it")
     p.add_argument(
         "--timestamps",
+        type=policy_arg,
         default=DEFAULT_TIMESTAMPS,
         metavar="POLICY",
-        help=f"off | exact | truncate:<unit> | fuzz:<max> (default {DEFAULT_TIMESTAMPS})",
+        help=f"off | exact | truncate:<n><unit> | fuzz:<n><unit>, unit s, m, h or d (default {DEFAULT_TIMESTAMPS})",
     )
     p.add_argument("--ttl", metavar="DURATION", help="default time-to-live of entries, e.g. 7d")
     p.add_argument("--type", default="entry", choices=list(PROTOCOLS), help="content type (default entry)")
@@ -371,11 +532,20 @@ def register(sub: Subcommands) -> None:
     p.add_argument(
         "--batch", type=int, default=DEFAULT_BATCH, help=f"entries per signed batch (default {DEFAULT_BATCH})"
     )
+    p.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        metavar="N",
+        help="skip the first N input lines: resumes an interrupted append (it prints the command with N)",
+    )
+    progress_flag(p)
     json_flag(p)
 
-    p = add("get", cmd_get, "print the latest live value of a key")
+    p = add("get", cmd_get, "print the latest live value of a key (and a newline)")
     p.add_argument("path")
     p.add_argument("key")
+    p.add_argument("--raw", action="store_true", help="the value's bytes alone, without the newline")
     json_flag(p)
 
     p = add("history", cmd_history, "every entry ever written for a key")
@@ -383,11 +553,26 @@ def register(sub: Subcommands) -> None:
     p.add_argument("key")
     json_flag(p)
 
-    p = add("cat", cmd_cat, "print entries: seq, writer timestamp (UTC), key, value")
+    p = add_command(
+        sub,
+        "cat",
+        cmd_cat,
+        "print entries: seq, writer timestamp (UTC), key, value",
+    )
+    p.description = (
+        "Print entries: seq, writer timestamp (UTC), key, value. Block 0 is the feed header, shown with "
+        "--from 0: a hyperdb Header protobuf naming the content type, printed as `0<TAB>(header: type "
+        'entry)<TAB>0x<HEX>`, with --json {"seq":0,"header":true,"type":"entry","block":"HEX"}. '
+        "`cat --from 0 --raw` prints SEQ<TAB>HEX of every signed block, header included, so the signed "
+        "tree (`info`: tree_hash, signature) can be re-derived from the CLI alone; a cleared block prints (cleared)."
+    )
     p.add_argument("path")
-    p.add_argument("--from", dest="from_", type=int, default=1, metavar="N", help="first seq (default 1)")
+    p.add_argument(
+        "--from", dest="from_", type=int, default=1, metavar="N", help="first seq (default 1; 0: the header too)"
+    )
     p.add_argument("--to", type=int, metavar="M", help="last seq, inclusive (default: the end)")
     p.add_argument("--raw", action="store_true", help="the block bytes as hex")
+    progress_flag(p)
     json_flag(p)
 
     p = add("info", cmd_info, "key, length, signed tree hash, timestamp policy and range")
@@ -402,6 +587,7 @@ def register(sub: Subcommands) -> None:
 
     p = add("verify", cmd_verify, "re-hash every block and check the signed root")
     p.add_argument("path")
+    progress_flag(p)
     json_flag(p)
 
     p = add("compact", cmd_compact, "clear payloads of expired entries, keeping Merkle nodes")
@@ -410,4 +596,5 @@ def register(sub: Subcommands) -> None:
     json_flag(p)
 
     p = add("demo", cmd_demo, "run the end-to-end demo on embedded defaults")
-    p.add_argument("--dir", help="work directory (default: a new temporary one)")
+    p.add_argument("--dir", help="work directory, kept afterwards (default: a new temporary one, removed)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (feeds, table, activity.png)")

@@ -63,9 +63,10 @@ def _rows(ns: argparse.Namespace) -> tuple[pa.Table | None, dict[str, FeedPolicy
 def _table_df(ns: argparse.Namespace) -> Any:
     from ..lake import spark_session
     from ..lake.insight_spark import table_frame
+    from .lake_cmds import spark_log_level
 
     spark = spark_session(ns.master, "feedlog-insight", **{"spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(spark_log_level())
     return table_frame(spark, ns.sources[0], storage_options=storage_options_of(ns), owner=ns.owner)
 
 
@@ -81,8 +82,10 @@ def cmd_activity(ns: argparse.Namespace) -> None:
     rows, policies = _rows(ns)
     if rows is None:
         from ..lake import insight_spark
+        from ..lake.spark_errors import spark_job
 
-        a = insight_spark.activity(_table_df(ns), every, now)
+        with spark_job():  # a failed Spark job: the feedlog error behind it, one line
+            a = insight_spark.activity(_table_df(ns), every, now)
     else:
         assert policies is not None
         a = insight.activity(rows, every, policies, now)
@@ -126,8 +129,10 @@ def cmd_freshness(ns: argparse.Namespace) -> None:
     rows, policies = _rows(ns)
     if rows is None:
         from ..lake import insight_spark
+        from ..lake.spark_errors import spark_job
 
-        f = insight_spark.freshness(_table_df(ns), now)
+        with spark_job():  # a failed Spark job: the feedlog error behind it, one line
+            f = insight_spark.freshness(_table_df(ns), now)
     else:
         assert policies is not None
         if len(policies) < 2:
@@ -167,8 +172,10 @@ def cmd_recent(ns: argparse.Namespace) -> None:
     rows, policies = _rows(ns)
     if rows is None:
         from ..lake import insight_spark
+        from ..lake.spark_errors import spark_job
 
-        events, unplaced = insight_spark.recent(_table_df(ns), now, since, ns.limit)
+        with spark_job():  # a failed Spark job: the feedlog error behind it, one line
+            events, unplaced = insight_spark.recent(_table_df(ns), now, since, ns.limit)
     else:
         assert policies is not None
         events, unplaced = insight.recent(rows, policies, now, since, ns.limit)

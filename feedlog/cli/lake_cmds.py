@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
+import os
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
 from .args import Subcommands, storage_option_args, storage_options_of
-from .fmt import emit, fmt_ts
+from .fmt import Progress, emit, fmt_ts, progress_wanted
 from .table_cmds import token_args, token_of
 
 if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
     from pyspark.sql import SparkSession
+
+    from ..lake.ingest import FeedPlan
 
 
 @contextlib.contextmanager
@@ -24,9 +27,9 @@ def _session(ns: argparse.Namespace) -> Iterator[SparkSession]:
     `local-cluster` master otherwise prints pages of executor-relaunch errors after the result."""
     from ..lake import spark_session
 
-    progress = "true" if sys.stderr.isatty() and not getattr(ns, "json", False) else "false"
-    spark: SparkSession = spark_session(ns.master, "feedlog-ingest", **{"spark.ui.showConsoleProgress": progress})
-    spark.sparkContext.setLogLevel("ERROR")
+    # Spark's own console bar is off: it draws stages over our progress line (`_Ticker`)
+    spark: SparkSession = spark_session(ns.master, "feedlog-ingest", **{"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel(spark_log_level())
     try:
         yield spark
     finally:
@@ -35,21 +38,81 @@ def _session(ns: argparse.Namespace) -> Iterator[SparkSession]:
             spark.stop()
 
 
+#: Spark's log level in the commands' sessions (default OFF: a failed job's cause is the command's
+#: own one-line error; FEEDLOG_SPARK_LOG_LEVEL=WARN shows Spark's logs, tracebacks and all)
+LOG_LEVEL_ENV = "FEEDLOG_SPARK_LOG_LEVEL"
+
+
+def spark_log_level() -> str:
+    return os.environ.get(LOG_LEVEL_ENV, "OFF").upper()
+
+
+class _Ticker:
+    """The ingest's progress on stderr (a bar on a terminal, a line every few seconds otherwise),
+    from Spark's start to the commit: the job's tasks done stand for the entries read and written
+    (tasks are ranges of up to maxEntriesPerPartition entries)."""
+
+    def __init__(self, ns: argparse.Namespace, total: int, enabled: bool = True) -> None:
+        self.total = total
+        self.note = "starting Spark"
+        self.done = 0
+        self.bar = Progress("ingest", total=total, unit="entries", enabled=enabled and progress_wanted(ns))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="feedlog-ingest-ticker", daemon=True)
+
+    def tasks(self, done: int, total: int) -> None:
+        self.done = self.total * done // max(total, 1)
+        self.note = f"Spark tasks {done}/{total}"
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            self.bar.update(self.done, self.note)
+
+    def __enter__(self) -> _Ticker:
+        if self.bar.enabled:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
+            self.bar.update(self.done, self.note)  # where it ended, not where the last tick saw it
+        self.bar.close()
+
+
 def cmd_ingest(ns: argparse.Namespace) -> None:
     from ..lake.feeds import parse_sources
+    from ..lake.ingest import nothing_new, plan, plan_lines
     from ..lake.sink import table_location
 
-    parse_sources(",".join(ns.sources))  # bad specs and table locations fail here, before Spark starts
-    table_location(ns.table)
-    storage_options_of(ns)
+    sources = parse_sources(",".join(ns.sources))  # bad specs and table locations fail here, before Spark starts
+    table = table_location(ns.table)
+    storage = storage_options_of(ns)
     if ns.checkpoint_location and not ns.stream:
         raise InvalidArgument("--checkpoint-location is for --stream")
-    say = (lambda _m: None) if ns.json else (lambda m: print(m, flush=True))
-    with _session(ns) as spark:
-        _ingest(ns, spark, say)
+    say: Callable[[str], None] = (lambda _m: None) if ns.json else (lambda m: print(m, flush=True))
+    # Ask the sources and the table first, without Spark (seconds, not the half minute Spark takes
+    # to start): a peer that is down, a table of another schema and "nothing new" end here.
+    plans = plan(sources, table, ns.owner, storage)
+    quiet = nothing_new(plans)
+    if quiet is not None and (not ns.stream or ns.available_now):
+        fields: dict[str, Any] = {"version": None, "rows": 0, "seconds": 0.0, "ict": None}
+        emit(ns, {"rows": 0, "seconds": 0.0} if ns.stream else fields, quiet)
+        return
+    if not ns.stream:
+        for line in plan_lines(plans):  # what will land, said while Spark starts
+            say(line)
+    # (a stream reports each micro-batch itself; the bar is for the one batch job)
+    with _Ticker(ns, sum(p.entries for p in plans), enabled=not ns.stream) as ticker, _session(ns) as spark:
+        data, human = _ingest(ns, spark, say, plans, ticker)
+    emit(ns, data, human)  # after the progress bar closed: the result starts its own line
 
 
-def _ingest(ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], None]) -> None:
+def _ingest(
+    ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], None], plans: Sequence[FeedPlan], ticker: _Ticker
+) -> tuple[dict[str, Any], str]:
+    """The job; its result as (JSON, human line)."""
     from ..lake.ingest import ingest_batch, ingest_stream
 
     common: dict[str, Any] = {
@@ -59,6 +122,7 @@ def _ingest(ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], No
         "progress": say,
     }
     if ns.stream:
+        ticker.note = "streaming"
         r = ingest_stream(
             spark,
             ns.sources,
@@ -68,9 +132,10 @@ def _ingest(ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], No
             max_entries_per_trigger=ns.max_entries_per_trigger,
             **common,
         )
-        emit(ns, {"rows": r.rows, "seconds": round(r.seconds, 3)}, f"ingested {r.rows} entries in {r.seconds:.1f}s")
-        return
-    r = ingest_batch(spark, ns.sources, ns.table, **common)
+        return {"rows": r.rows, "seconds": round(r.seconds, 3)}, f"ingested {r.rows} entries in {r.seconds:.1f}s"
+    ticker.note = "planning the Spark job"
+    r = ingest_batch(spark, ns.sources, ns.table, plans=plans, tasks=ticker.tasks, **common)
+    ticker.done, ticker.note = r.rows, "committed" if r.version is not None else "done"
     rate = r.rows / r.seconds if r.seconds else 0
     human = (
         f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s "
@@ -80,9 +145,7 @@ def _ingest(ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], No
         if r.rows == 0
         else "no commit: another job had already landed these entries"
     )
-    emit(
-        ns, {"version": r.version, "rows": r.rows, "seconds": round(r.seconds, 3), "ict": r.in_commit_timestamp}, human
-    )
+    return {"version": r.version, "rows": r.rows, "seconds": round(r.seconds, 3), "ict": r.in_commit_timestamp}, human
 
 
 def cmd_audit(ns: argparse.Namespace) -> int:
@@ -104,17 +167,10 @@ def cmd_audit(ns: argparse.Namespace) -> int:
             print("note: no --key given; trusting the keys named in the table (this proves the rows are what")
             print("      those keys signed, not whose keys they are)")
         for f in report.feeds:
-            status = "ok" if f.ok else "FAILED"
-            print(
-                f"feed {f.key[:16]}...  {status}: {f.rows} rows, signed prefix seqs 1..{f.signed_length - 1}, "
-                f"{f.signatures} signatures checked; missing {len(f.missing)}, extra {len(f.extra)}, "
-                f"altered {len(f.altered)}"
-            )
-            if f.missing:
-                print(f"  missing seqs: {', '.join(map(str, f.missing[:10]))}{' ...' if len(f.missing) > 10 else ''}")
-            for line in f.extra[:10] + f.altered[:10]:
+            print(f.summary())
+            for line in f.details():
                 print(f"  {line}")
-        print(f"table {report.table} version {report.version}: {'verified' if report.ok else 'AUDIT FAILED'}")
+        print(report.summary())
 
     emit(ns, report.to_json(), human)
     return 0 if report.ok else 5
@@ -129,16 +185,28 @@ def cmd_expire(ns: argparse.Namespace) -> None:
     every = parse_duration(ns.every) / 1000 if ns.every else None
     if ns.rounds is not None and ns.rounds < 1:
         raise InvalidArgument("--rounds must be >= 1")
-    with _session(ns) as spark:
-        _expire_rounds(ns, spark, every, options)
+    with contextlib.ExitStack() as stack:
+        started: list[SparkSession] = []
+
+        def session() -> SparkSession:
+            """Spark starts only for a round with files that may hold expired rows (their stats say)."""
+            if not started:
+                started.append(stack.enter_context(_session(ns)))
+            return started[0]
+
+        _expire_rounds(ns, session, every, options)
 
 
-def _expire_rounds(ns: argparse.Namespace, spark: SparkSession, every: float | None, options: Any) -> None:
+def _expire_rounds(
+    ns: argparse.Namespace, session: Callable[[], SparkSession], every: float | None, options: Any
+) -> None:
     from ..lake.expire import expire
+    from ..lake.spark_errors import spark_job
 
     rounds, token = 0, token_of(ns)
     while True:
-        r = expire(spark, ns.table, token=token, owner=ns.owner, storage_options=options)
+        with spark_job():
+            r = expire(session, ns.table, token=token, owner=ns.owner, storage_options=options)
         rounds += 1
         emit(
             ns,

@@ -8,34 +8,98 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
+from collections.abc import Callable
 
 from feedlog_server.serve import PEER_HELP, peer_arguments, serve_peer
 
-from ..errors import InvalidArgument, Unavailable
+from ..errors import FeedlogError, InvalidArgument, Unavailable
 from ..log import entries
+from ..log.feed import Feed
 from ..replication.sync import clone, pull, push
 from ..rpc import Address
 from .args import Handler, Parser, Subcommands, add_command
-from .fmt import emit, json_line, record_json, record_line
+from .fmt import (
+    Progress,
+    emit,
+    interrupted_line,
+    json_line,
+    plural,
+    progress_flag,
+    progress_wanted,
+    record_json,
+    record_line,
+)
 from .remote import client_for, peer_token, tls_args, tls_of, warn_if_clear
 
 
-def cmd_push(ns: argparse.Namespace) -> None:
+def _reporter(progress: Progress) -> Callable[[int, int], None]:
+    def report(done: int, total: int) -> None:
+        progress.total = total
+        if progress.bar is not None:
+            progress.bar.total = total
+        progress.update(done)
+
+    return report
+
+
+def _copy_interrupted(progress: Progress, path: str) -> int:
+    """An interrupted clone or pull: what verified blocks it kept, and the command that continues."""
+    progress.close()
+    try:
+        with Feed.open(path, writable=False) as feed:
+            length = feed.length
+    except FeedlogError:  # nothing was kept (a clone that verified nothing leaves no directory)
+        length = 0
+    kept = f"{plural(length, 'verified block')} kept in {path}; to continue: feedlog pull {shlex.quote(path)}"
+    print(interrupted_line(kept if length else "nothing copied"), file=sys.stderr)
+    return 130
+
+
+def cmd_push(ns: argparse.Namespace) -> int:
     address = Address.parse(ns.url)
     tls, token = tls_of(ns), peer_token(ns)
     warn_if_clear(address.target, tls, token)
-    done = push(ns.path, address, tls=tls, token=token)
-    emit(ns, {"pushed": done.blocks, "length": done.length}, f"pushed {done.blocks} blocks; the peer has {done.length}")
+    with Progress("push", enabled=progress_wanted(ns)) as progress:
+        try:
+            done = push(ns.path, address, tls=tls, token=token, on_progress=_reporter(progress))
+        except KeyboardInterrupt:
+            progress.close()
+            took = f"the peer took {plural(progress.done, 'block')} (whole signed batches); " if progress.done else ""
+            print(interrupted_line(f"{took}the same push continues where it stopped"), file=sys.stderr)
+            return 130
+    emit(
+        ns,
+        {"pushed": done.blocks, "length": done.length},
+        f"pushed {plural(done.blocks, 'block')}; the peer has {done.length:,}",
+    )
+    return 0
 
 
-def cmd_clone(ns: argparse.Namespace) -> None:
-    done = clone(Address.parse(ns.url, need_feed=True), ns.path, tls=tls_of(ns))
-    emit(ns, {"fetched": done.blocks, "length": done.length}, f"cloned {done.length} blocks into {ns.path}")
+def cmd_clone(ns: argparse.Namespace) -> int:
+    address = Address.parse(ns.url, need_feed=True)
+    with Progress("clone", enabled=progress_wanted(ns)) as progress:
+        try:
+            done = clone(address, ns.path, tls=tls_of(ns), on_progress=_reporter(progress))
+        except KeyboardInterrupt:
+            return _copy_interrupted(progress, ns.path)
+    emit(ns, {"fetched": done.blocks, "length": done.length}, f"cloned {plural(done.length, 'block')} into {ns.path}")
+    return 0
 
 
-def cmd_pull(ns: argparse.Namespace) -> None:
-    done = pull(ns.path, tls=tls_of(ns))
-    emit(ns, {"fetched": done.blocks, "length": done.length}, f"fetched {done.blocks} blocks; length {done.length}")
+def cmd_pull(ns: argparse.Namespace) -> int:
+    with Progress("pull", enabled=progress_wanted(ns)) as progress:
+        try:
+            done = pull(ns.path, tls=tls_of(ns), on_progress=_reporter(progress))
+        except KeyboardInterrupt:
+            return _copy_interrupted(progress, ns.path)
+    emit(
+        ns,
+        {"fetched": done.blocks, "length": done.length},
+        f"fetched {plural(done.blocks, 'block')}; length {done.length:,}",
+    )
+    return 0
 
 
 def cmd_tail(ns: argparse.Namespace) -> None:
@@ -66,7 +130,7 @@ def cmd_tail(ns: argparse.Namespace) -> None:
                     if ns.count is not None and shown >= ns.count:
                         return
             # a tail runs until interrupted: a peer that ends it (shutting down, or misbehaving) is not success
-            raise Unavailable(f"{address.target}: the peer ended the tail after {shown} entries")
+            raise Unavailable(f"{address.target}: the peer ended the tail after {plural(shown, 'entry', 'entries')}")
         finally:
             sub.cancel()
 
@@ -81,18 +145,21 @@ def register(sub: Subcommands) -> None:
     p.add_argument("path")
     p.add_argument("url", metavar="grpc://HOST:PORT")
     tls_args(p, write=True)
-    p.add_argument("--json", action="store_true")
+    progress_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("clone", cmd_clone, "copy a feed from a peer, verifying every block and signature")
     p.add_argument("url", metavar="grpc://HOST:PORT/KEY")
     p.add_argument("path")
     tls_args(p)
-    p.add_argument("--json", action="store_true")
+    progress_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("pull", cmd_pull, "fetch and verify new blocks from where the feed was cloned")
     p.add_argument("path")
     tls_args(p)
-    p.add_argument("--json", action="store_true")
+    progress_flag(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("tail", cmd_tail, "follow a feed on a peer live, verifying every block")
     p.add_argument("url", metavar="grpc://HOST:PORT/KEY")

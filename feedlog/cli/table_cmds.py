@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
+import socket
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
-from ..delta import DeltaTable
-from ..delta.managed import OWNER_ENV, TOKEN_ENV, Binding, new_token
-from ..delta.objectstore import scheme_of
-from ..errors import InvalidArgument
+from ..errors import AlreadyExists, Conflict, InvalidArgument, Unavailable
 from ..log.timestamps import parse_duration
 from .args import (
     Handler,
@@ -32,36 +30,53 @@ from .args import (
     storage_option_args,
     storage_options_of,
 )
-from .fmt import emit, fmt_ts
+from .fmt import emit, fmt_ts, plural
 from .remote import tls_args, tls_of
 
-_TYPES = {
-    "long": pa.int64(),
-    "bigint": pa.int64(),
-    "int": pa.int32(),
-    "integer": pa.int32(),
-    "short": pa.int16(),
-    "byte": pa.int8(),
-    "string": pa.string(),
-    "binary": pa.binary(),
-    "boolean": pa.bool_(),
-    "double": pa.float64(),
-    "float": pa.float32(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-}
+if TYPE_CHECKING:  # Delta and pyarrow load when a table command runs, not for every `feedlog` command
+    import pyarrow as pa
+
+    from ..delta import DeltaTable
+
+#: feedlog.delta.managed's OWNER_ENV and TOKEN_ENV (tests/test_cli_output.py checks): importing it
+#: here would load Delta and pyarrow (about a second) for every command, `feedlog get` too
+OWNER_ENV = "FEEDLOG_OWNER"
+TOKEN_ENV = "FEEDLOG_OWNER_TOKEN"
+
+
+def _types() -> dict[str, pa.DataType]:
+    import pyarrow as pa
+
+    return {
+        "long": pa.int64(),
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "integer": pa.int32(),
+        "short": pa.int16(),
+        "byte": pa.int8(),
+        "string": pa.string(),
+        "binary": pa.binary(),
+        "boolean": pa.bool_(),
+        "double": pa.float64(),
+        "float": pa.float32(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
 
 
 def parse_schema(text: str) -> pa.Schema:
     """'id:long, name:string' -> an Arrow schema (Delta's primitive type names)."""
+    import pyarrow as pa
+
+    types = _types()
     fields = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, kind = part.partition(":")
-        if not name.strip() or kind.strip().lower() not in _TYPES:
+        if not name.strip() or kind.strip().lower() not in types:
             raise InvalidArgument(
-                f"bad column {part!r}: expected NAME:TYPE with TYPE one of {', '.join(sorted(_TYPES))}"
+                f"bad column {part!r}: expected NAME:TYPE with TYPE one of {', '.join(sorted(types))}"
             )
-        fields.append(pa.field(name.strip(), _TYPES[kind.strip().lower()]))
+        fields.append(pa.field(name.strip(), types[kind.strip().lower()]))
     if not fields:
         raise InvalidArgument("the schema needs at least one column, e.g. --schema 'id:long,name:string'")
     return pa.schema(fields)
@@ -110,6 +125,8 @@ def write_token_file(path: str, token: str) -> str:
 
 
 def open_table(ns: argparse.Namespace) -> DeltaTable:
+    from ..delta import DeltaTable
+
     # --owner: the commit owner to trust (default $FEEDLOG_OWNER); a table's own conf is not enough
     return DeltaTable.open(
         ns.path,
@@ -122,6 +139,9 @@ def open_table(ns: argparse.Namespace) -> DeltaTable:
 
 def _new_token_file(ns: argparse.Namespace) -> tuple[str, str]:
     """A fresh token for a table becoming managed, already in its file (so it is never only on screen)."""
+    from ..delta.managed import new_token
+    from ..delta.objectstore import scheme_of
+
     if not ns.token_out and scheme_of(ns.path) is not None:
         raise InvalidArgument(f"{ns.path} is not a local directory: give --token-out FILE for the new owner token")
     return (token := new_token()), write_token_file(ns.token_out or os.path.join(ns.path, TOKEN_FILE), token)
@@ -133,6 +153,10 @@ def _say_token_file(ns: argparse.Namespace, where: str | None) -> None:
 
 
 def cmd_create(ns: argparse.Namespace) -> None:
+    from ..delta import DeltaTable
+    from ..delta.managed import Binding
+    from ..delta.objectstore import scheme_of
+
     props = {}
     for item in ns.property or ():
         key, eq, value = item.partition("=")
@@ -146,6 +170,10 @@ def cmd_create(ns: argparse.Namespace) -> None:
         raise InvalidArgument("--token-out is for managed tables: give --owner too")
     schema = parse_schema(ns.schema)  # bad input fails before a token file is written
     options = storage_options_of(ns)  # bad input fails before a token file is written
+    if owner is not None:
+        _check_owner_answers(owner.config.get("endpoint"))  # an unreachable owner: refused, nothing created
+    local = scheme_of(ns.path) is None
+    before = {d: os.path.exists(os.path.join(ns.path, d)) for d in ("", "_delta_log", "_feedlog")} if local else {}
     token, where = token_of(ns), None
     if owner is not None and token is None:
         token, where = _new_token_file(ns)
@@ -161,13 +189,53 @@ def cmd_create(ns: argparse.Namespace) -> None:
             owner_tls=tls_of(ns),
             storage_options=options,
         )
-    except BaseException:
+    except BaseException as e:
         if where is not None:  # the token guards nothing: do not leave it behind
             with contextlib.suppress(OSError):
                 os.unlink(where)
+        # a refused create leaves nothing behind; but an owner that did not answer may have committed
+        # version 0 (the error says so): then its staged commit must stay; and a table someone else
+        # created meanwhile (AlreadyExists) is theirs
+        if local and not isinstance(e, Unavailable | AlreadyExists | Conflict):
+            _remove_new(ns.path, before)
         raise
     _say_token_file(ns, where)
     emit(ns, {"version": 0, "managed": owner is not None, "token_file": where}, f"created {ns.path} (version 0)")
+
+
+def _remove_new(path: str, before: dict[str, bool]) -> None:
+    """Remove what a failed `table create` made in the local directory `path` (what was there before stays)."""
+    if not before[""]:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for d in ("_delta_log", "_feedlog"):
+        if not before[d]:
+            shutil.rmtree(os.path.join(path, d), ignore_errors=True)
+
+
+#: seconds a new managed table waits for its commit owner to accept a connection
+OWNER_CONNECT_TIMEOUT = 5.0
+
+
+def _check_owner_answers(endpoint: str | None) -> None:
+    """Refuse to create a table managed by a gRPC commit owner none of whose endpoints accepts a connection.
+
+    A plain TCP connect: a refused or unroutable owner fails at once, before any
+    file exists (the commit itself cannot tell "not committed" from "no answer").
+    """
+    if not endpoint:
+        return  # an owner database: opened in-process
+    from ..delta.managed.protocol import owner_endpoints
+    from ..rpc import Address
+
+    for url in owner_endpoints(endpoint):
+        host, _, port = Address.parse(url).target.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=OWNER_CONNECT_TIMEOUT).close()
+            return
+        except OSError:
+            continue
+    raise Unavailable(f"the commit owner {endpoint} does not answer: nothing was created; start it or check --owner")
 
 
 def cmd_backfill(ns: argparse.Namespace) -> None:
@@ -181,6 +249,8 @@ def cmd_convert(ns: argparse.Namespace) -> None:
         r = table.convert_to_filesystem()
         emit(ns, {"version": r.version, "managed": False}, f"now a filesystem table (version {r.version})")
         return
+    from ..delta.managed import Binding
+
     binding = Binding.parse(ns.to_managed, ns.batch_size)
     where = None
     if table.owner_token is None:
@@ -226,8 +296,8 @@ def cmd_history(ns: argparse.Namespace) -> None:
 
     def human() -> None:
         for e in entries:
-            source = "ict " if e.in_commit_timestamp is not None else "file"
-            print(f"{e.version:>8}  {fmt_ts(e.timestamp)} ({source})  {e.operation or '-'}")
+            source = "(ict)" if e.in_commit_timestamp is not None else "(file)"
+            print(f"{e.version:>8}  {fmt_ts(e.timestamp)} {source:<6}  {e.operation or '-'}")
 
     emit(ns, rows, human)
 
@@ -246,7 +316,7 @@ def cmd_checkpoint(ns: argparse.Namespace) -> None:
 def cmd_cleanup(ns: argparse.Namespace) -> None:
     retain = None if ns.retain is None else parse_duration(ns.retain)
     deleted = open_table(ns).cleanup(retain)
-    emit(ns, {"deleted": deleted}, f"deleted {len(deleted)} log file(s)")
+    emit(ns, {"deleted": deleted}, f"deleted {plural(len(deleted), 'log file')}")
 
 
 def cmd_enable_ict(ns: argparse.Namespace) -> None:
@@ -274,7 +344,8 @@ def cmd_info(ns: argparse.Namespace) -> None:
         print(f"rows        {'unknown' if info['rows'] is None else info['rows']}")
         print(f"partitions  {', '.join(info['partition_columns']) or '-'}")
         print(f"backfilled  {info['backfilled_version']}")
-        print(f"owner       {info['commit_owner'] or '-'}")
+        owner = info["commit_owner"]
+        print(f"owner       {' '.join(f'{k}={v}' for k, v in sorted(owner.items())) if owner else '-'}")
         for k, v in sorted(info["properties"].items()):
             print(f"property    {k}={v}")
 

@@ -1,0 +1,129 @@
+"""Every code block of README.md runs as written, in order, as a reader following it would.
+
+The blocks run in one shell session (tests/readme_blocks.py) in a fresh directory that holds only a
+link to the project's `.venv` (a reader runs them from a clone, with the venv activated); `data/`
+stays relative. The only changes to what a reader pastes: the README's fixed loopback ports become
+free ones, and /tmp/ becomes the test's directory. Shell blocks (`sh`) run with `set -euo pipefail`;
+Python blocks (`python`) each run as a script, so each must stand on its own. A block that only
+shows something is marked in the README: a `text` or `console` block (output, a file tree), or a
+`<!-- not run: why -->` line above the fence; the test prints what it did not run and why. Any
+other block, or an unmarked block with another info string, fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .readme_blocks import README_PORT, RUNS, SHOWN, Block, Outcome, Session, blocks, substitute
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+#: the virtualenv running the tests (`.venv`, or tools/run's $FEEDLOG_VENV): the reader's `.venv`
+VENV = Path(sys.prefix)
+#: one block may take this long (the Spark section's, five Spark jobs, took 196 s at load 12 on 2 cores)
+BLOCK_TIMEOUT_S = float(os.environ.get("FEEDLOG_README_BLOCK_TIMEOUT", "480"))
+#: the whole README: blocks not started by then are reported as not reached
+TOTAL_TIMEOUT_S = 1500.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_blocks_parse_with_markers() -> None:
+    """The parser finds fences, indented ones included, and the marker on the line above."""
+    md = "a\n<!-- not run: needs a cluster -->\n```sh\nx\n```\n\n- item\n\n  ```python\n  y = 1\n  ```\n"
+    got = blocks(md)
+    assert [(b.line, b.lang, b.text, b.not_run) for b in got] == [
+        (3, "sh", "x\n", "needs a cluster"),
+        (9, "python", "y = 1\n", None),
+    ]
+    with pytest.raises(ValueError, match="never closed"):
+        blocks("```sh\nx\n")
+
+
+def test_substitute_only_ports_and_tmp(tmp_path: Path) -> None:
+    text = "serve --listen 127.0.0.1:7000 -p 7000 /tmp/walk 17000 7000.5 grpc://h:70001"
+    got = substitute(text, {"7000": 40001}, tmp_path)
+    assert got == f"serve --listen 127.0.0.1:40001 -p 40001 {tmp_path}/walk 17000 7000.5 grpc://h:70001"
+
+
+def test_session_is_one_terminal(tmp_path: Path) -> None:
+    """Variables (exported or not) and the directory carry from block to block; a failing command
+    fails its block (set -euo pipefail); a server left in the background is stopped at the end."""
+    (tmp_path / "w").mkdir()
+    session = Session(tmp_path / "w", tmp_path / "state", {"PATH": os.environ["PATH"]})
+
+    def run(text: str, lang: str = "sh") -> Outcome:
+        return session.run(Block(1, lang, text, None), text, timeout=60)
+
+    try:
+        assert run("A=1; export B=2; mkdir sub; cd sub; sleep 600 & echo $! > ../pid\n").code == 0
+        ok = run('echo "$A $B $(basename "$PWD")"\n')
+        assert (ok.code, ok.output) == (0, "1 2 sub\n")
+        assert run("false | true\necho not reached\n").code == 1  # pipefail
+        assert run("echo $UNSET\n").code == 1  # nounset
+        assert run("import os; print(os.getcwd())\n", "python").output.strip() == str(tmp_path / "w" / "sub")
+        pid = int((tmp_path / "w" / "pid").read_text())
+        os.kill(pid, 0)  # still running between blocks
+    finally:
+        session.stop_all()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_every_block_is_marked_or_runs() -> None:
+    """A fence without a known info string is a block nobody decided about: run it or mark it."""
+    unknown = [
+        b.where for b in blocks(README.read_text()) if b.lang not in RUNS and b.lang not in SHOWN and not b.not_run
+    ]
+    assert not unknown, f"blocks that neither run (```sh / ```python) nor say why not: {unknown}"
+
+
+@pytest.mark.slow
+def test_readme_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    markdown = README.read_text()
+    ports = {p: _free_port() for p in sorted(set(README_PORT.findall(markdown)))}
+    work = tmp_path / "clone"
+    work.mkdir()
+    (work / ".venv").symlink_to(VENV)  # a reader's clone after `tools/run` set it up
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FEEDLOG_", "PYSPARK_", "VIRTUAL_ENV"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    session = Session(work, tmp_path / "session", env)
+    ran: list[Outcome] = []
+    skipped: list[tuple[str, str]] = []
+    unreached: list[str] = []
+    deadline = time.monotonic() + TOTAL_TIMEOUT_S
+    try:
+        for b in blocks(markdown):
+            if b.not_run or b.lang in SHOWN:
+                skipped.append((b.where, b.not_run or f"shown, not run ({b.lang})"))
+            elif b.lang not in RUNS:
+                ran.append(Outcome(b, -1, "unmarked block with an unknown info string", 0.0))
+            elif time.monotonic() > deadline:
+                unreached.append(b.where)
+            else:
+                ran.append(session.run(b, substitute(b.text, ports, tmp_path), BLOCK_TIMEOUT_S))
+    finally:
+        session.stop_all()
+    failed = [o for o in ran if o.code != 0]
+    with capsys.disabled():
+        print(f"\nREADME: ran {len(ran)} blocks ({len(failed)} failed), did not run {len(skipped)}:")
+        for where, why in skipped:
+            print(f"  not run: {where}: {why}")
+        for o in ran:
+            print(f"  {o.seconds:6.1f}s {o.block.where}: " + ("ok" if o.code == 0 else f"FAILED ({o.code})"))
+    report = [
+        f"{o.block.where} "
+        + ("timed out" if o.code is None else f"exited {o.code}")
+        + f" after {o.seconds:.0f}s:\n{o.block.text}--- output (last 3000 chars):\n{o.output[-3000:]}"
+        for o in failed
+    ]
+    assert not failed and not unreached, "\n\n".join(report) + (f"\nnot reached: {unreached}" if unreached else "")
