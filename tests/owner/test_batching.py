@@ -138,7 +138,7 @@ def test_a_backfill_overtaken_by_another_between_its_two_reads_carries_on(
     for i in range(5):  # none backfilled as it commits (batch size 100)
         t.append(batch([i]))
     tid = t.snapshot().metadata.id
-    real_read, raced = api._read, []
+    real_read, raced = api._read, list[int]()
 
     def read(sql: str, args: tuple[object, ...]) -> list[tuple[object, ...]]:
         if sql.startswith("SELECT version, file FROM commits") and not raced:
