@@ -8,6 +8,7 @@ overwritten (PROTOCOL.md "Data Files"); a file is invisible until a commit adds 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import urllib.parse
@@ -19,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidArgument, Unavailable, Unsupported
+from ..errors import FeedlogError, InvalidArgument, Unavailable, Unsupported
 from .actions import COMPRESSION, NUM_INDEXED_COLS, Add
 from .parquet import write_parquet
 from .scan import COLUMN_MAPPING_MODE, encode_binary_partition, physical_name, to_physical
@@ -157,7 +158,20 @@ def write_files(
         return [write_one((0, jobs[0]))]
     # Parquet encoding and fsync release the GIL: big writes use every core, as delta-rs does.
     with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-        return list(pool.map(write_one, enumerate(jobs)))
+        futures = [pool.submit(write_one, job) for job in enumerate(jobs)]
+    written, failed = [], None
+    for f in futures:
+        try:
+            written.append(f.result())
+        except BaseException as e:  # re-raised below, once the others are removed
+            failed = failed or e
+    if failed is not None:
+        # the files that did get written belong to nothing: a failed write leaves none behind
+        for a in written:
+            with contextlib.suppress(OSError, FeedlogError):
+                storage.delete(urllib.parse.unquote(a.path))
+        raise failed
+    return written
 
 
 #: below this many rows a file is not split for parallelism

@@ -322,7 +322,11 @@ class SinkConfig:
             lambda: str(uuid.uuid4()),
             self.write_options,
         )
-        failpoints.point("sink.written")
+        try:
+            failpoints.point("sink.written")
+        except BaseException:
+            self._discard(adds)  # the task fails: its files are nobody's
+            raise
         return FilesWritten([a.to_json() for a in adds], feed_ranges(data))
 
     # the committing worker

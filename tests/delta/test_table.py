@@ -1,6 +1,7 @@
 import itertools
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -304,3 +305,26 @@ def test_big_writes_are_split_into_files_written_in_parallel(new_table, monkeypa
     assert sorted(a.num_records() or 0 for a in files) == [5, 10, 10, 10]
     assert len({a.path for a in files}) == 4
     assert sorted_rows(t.to_arrow(), "seq") == [(i,) for i in range(35)]
+
+
+def test_a_write_that_fails_on_one_file_leaves_none_of_its_files(tmp_path: Path) -> None:
+    """write_files splits big data into files written in parallel: one failing must not strand the
+    others (nothing would ever reference them)."""
+    from feedlog.delta.storage import LocalStorage
+    from feedlog.delta.writer import WriteOptions, write_files
+    from feedlog.errors import Unavailable
+
+    class ThirdPutFails(LocalStorage):
+        puts = 0
+
+        def put_if_absent(self, path: str, data: bytes) -> bool:
+            ThirdPutFails.puts += 1
+            if ThirdPutFails.puts == 3:
+                raise Unavailable("disk full")
+            return super().put_if_absent(path, data)
+
+    storage = ThirdPutFails(str(tmp_path))
+    ids = (str(i) for i in itertools.count())
+    with pytest.raises(Unavailable, match="disk full"):
+        write_files(storage, SCHEMA, (), rows(0, 50), T0, lambda: next(ids), WriteOptions(max_rows_per_file=10))
+    assert ThirdPutFails.puts == 5 and not list(tmp_path.rglob("*.parquet"))
