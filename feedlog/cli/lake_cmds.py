@@ -52,9 +52,10 @@ class _Ticker:
     from Spark's start to the commit: the job's tasks done stand for the entries read and written
     (tasks are ranges of up to maxEntriesPerPartition entries)."""
 
-    def __init__(self, ns: argparse.Namespace, total: int, enabled: bool = True) -> None:
+    def __init__(self, ns: argparse.Namespace, total: int, enabled: bool = True, engine: str = "spark") -> None:
         self.total = total
-        self.note = "starting Spark"
+        self.engine = "Spark tasks" if engine == "spark" else "tasks"
+        self.note = "starting Spark" if engine == "spark" else "starting"
         self.done = 0
         self.bar = Progress("ingest", total=total, unit="entries", enabled=enabled and progress_wanted(ns))
         self.stop = threading.Event()
@@ -62,7 +63,7 @@ class _Ticker:
 
     def tasks(self, done: int, total: int) -> None:
         self.done = self.total * done // max(total, 1)
-        self.note = f"Spark tasks {done}/{total}"
+        self.note = f"{self.engine} {done}/{total}"
 
     def _run(self) -> None:
         while not self.stop.wait(1.0):
@@ -100,17 +101,45 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
         fields: dict[str, Any] = {"version": None, "rows": 0, "seconds": 0.0, "ict": None}
         emit(ns, {"rows": 0, "seconds": 0.0} if ns.stream else fields, quiet)
         return
+    total = sum(p.entries for p in plans)
+    engine = _engine(ns, total)
     if not ns.stream:
         for line in plan_lines(plans):  # what will land, said while Spark starts
             say(line)
+        if engine == "local" and ns.engine == "auto":
+            say(f"landing here without Spark ({total:,} entries; --engine spark runs it as a Spark job)")
     # (a stream reports each micro-batch itself; the bar is for the one batch job)
-    with _Ticker(ns, sum(p.entries for p in plans), enabled=not ns.stream) as ticker, _session(ns) as spark:
+    with contextlib.ExitStack() as stack:
+        ticker = stack.enter_context(_Ticker(ns, total, enabled=not ns.stream, engine=engine))
+        spark = stack.enter_context(_session(ns)) if engine == "spark" else None
         data, human = _ingest(ns, spark, say, plans, ticker)
+    data["engine"] = engine
     emit(ns, data, human)  # after the progress bar closed: the result starts its own line
 
 
+def _engine(ns: argparse.Namespace, entries: int) -> str:
+    """Where a batch ingest runs: `spark`, or `local` (this process, no Spark) for `--engine auto`
+    when no Spark master was asked for and the range is small enough that Spark's start would cost
+    more than the work (LOCAL_MAX_ENTRIES). A stream always runs on Spark."""
+    from ..lake.ingest import LOCAL_MAX_ENTRIES
+
+    if ns.stream:
+        if ns.engine == "local":
+            raise InvalidArgument("--stream runs on Spark: --engine local is for a batch ingest")
+        return "spark"
+    if ns.engine == "local" and ns.master:
+        raise InvalidArgument("--master is for --engine spark")
+    if ns.engine != "auto":
+        return str(ns.engine)
+    return "local" if ns.master is None and entries <= LOCAL_MAX_ENTRIES else "spark"
+
+
 def _ingest(
-    ns: argparse.Namespace, spark: SparkSession, say: Callable[[str], None], plans: Sequence[FeedPlan], ticker: _Ticker
+    ns: argparse.Namespace,
+    spark: SparkSession | None,
+    say: Callable[[str], None],
+    plans: Sequence[FeedPlan],
+    ticker: _Ticker,
 ) -> tuple[dict[str, Any], str]:
     """The job; its result as (JSON, human line)."""
     from ..lake.ingest import ingest_batch, ingest_stream
@@ -133,7 +162,7 @@ def _ingest(
             **common,
         )
         return {"rows": r.rows, "seconds": round(r.seconds, 3)}, f"ingested {r.rows} entries in {r.seconds:.1f}s"
-    ticker.note = "planning the Spark job"
+    ticker.note = "planning the Spark job" if spark is not None else "reading and writing"
     r = ingest_batch(spark, ns.sources, ns.table, plans=plans, tasks=ticker.tasks, **common)
     ticker.done, ticker.note = r.rows, "committed" if r.version is not None else "done"
     rate = r.rows / r.seconds if r.seconds else 0
@@ -223,7 +252,7 @@ def _expire_rounds(
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "ingest",
-        help="land feeds in a Delta table with Spark (exactly once, through the commit owner)",
+        help="land feeds in a Delta table, with Spark or in process (exactly once, through the commit owner)",
         description="Read feeds (grpc://HOST:PORT/KEY or feed directories), verify every block against "
         "the signed tree, and append them to a Delta table (created managed, with in-commit "
         "timestamps, if missing). Rerunning picks up where the table stopped.",
@@ -242,7 +271,14 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--available-now", action="store_true", help="with --stream: stop once caught up")
     p.add_argument("--max-entries-per-trigger", type=int, metavar="N", help="with --stream: micro-batch size")
     p.add_argument("--checkpoint-location", metavar="DIR", help="with --stream: Spark's checkpoint directory")
-    p.add_argument("--master", help="Spark master URL (default local[*])")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "spark", "local"),
+        default="auto",
+        help="where a batch ingest runs: 'spark' (a Spark job), 'local' (this process, no Spark), or 'auto' "
+        "(default): local for up to 1,000,000 new entries when no --master is given, else Spark",
+    )
+    p.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_ingest)
 

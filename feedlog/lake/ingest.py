@@ -144,8 +144,13 @@ def _sink_options(
     return out
 
 
+#: `feedlog ingest --engine auto` lands up to this many entries in its own process rather than
+#: starting Spark: Spark's start (10-15 s here) is worth more than the work below this
+LOCAL_MAX_ENTRIES = 1_000_000
+
+
 def ingest_batch(
-    spark: Any,
+    spark: Any | None,
     specs: Sequence[str],
     table: str,
     *,
@@ -157,8 +162,10 @@ def ingest_batch(
     tasks: TaskProgress | None = None,
 ) -> IngestResult:
     """One Spark job landing every feed's new entries in `table` (a directory or an object-store URL
-    with `storage_options`), exactly once. `plans`: `plan`'s answer if the caller asked already;
-    `tasks`: told (done, total) of the job's Spark tasks about every second while it runs."""
+    with `storage_options`), exactly once; with `spark` None, the same job in this process without
+    Spark (`land.land_here`: for ranges that take less time than Spark takes to start).
+    `plans`: `plan`'s answer if the caller asked already; `tasks`: told (done, total) of the job's
+    tasks about every second while it runs."""
     table = table_location(table)
     if plans is None:  # (a caller that planned has told its user the plan already)
         plans = plan(parse_sources(",".join(specs)), table, owner, storage_options)
@@ -175,16 +182,20 @@ def ingest_batch(
     def offsets(attr: str) -> str:
         return json.dumps({p.source.key_hex: getattr(p, attr) for p in plans})
 
-    with spark_job(), watching(spark, tasks):
-        df = (
-            spark.read.format(SOURCE)
-            .option("feeds", ",".join(_where(p.source) for p in plans))
-            .option("startingOffsets", offsets("start"))
-            .option("endingOffsets", offsets("end"))
-            .load()
-        )
-        sink_options = _sink_options(owner, token, storage_options, job)
-        df.write.format(SINK).options(**sink_options).mode("append").save(table)
+    read_options = {
+        "feeds": ",".join(_where(p.source) for p in plans),
+        "startingOffsets": offsets("start"),
+        "endingOffsets": offsets("end"),
+    }
+    sink_options = _sink_options(owner, token, storage_options, job)
+    if spark is None:
+        from .land import land_here
+
+        land_here(read_options, table, sink_options, tasks)
+    else:
+        with spark_job(), watching(spark, tasks):
+            df = spark.read.format(SOURCE).options(**read_options).load()
+            df.write.format(SINK).options(**sink_options).mode("append").save(table)
     seconds = time.monotonic() - t0
     t = open_table(table, token, owner, storage_options)
     done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans)

@@ -1,4 +1,5 @@
-"""Feeds into a Delta table in one Spark job whose rows never leave the Python workers.
+"""Feeds into a Delta table in one Spark job whose rows never leave the Python workers, or in
+this process without Spark (`land_here`).
 
     land(spark, {"feeds": ..., "startingOffsets": ..., "endingOffsets": ...}, "data/table", {"jobId": ...})
 
@@ -20,7 +21,7 @@ job, so the driver still holds the other tasks' files: it deletes them and raise
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -52,6 +53,39 @@ def land(
         config.abort(written)
         raise failed[0]
     return config.commit(written)
+
+
+def land_here(
+    read_options: Mapping[str, str],
+    table: str,
+    write_options: Mapping[str, str],
+    tasks: Callable[[int, int], None] | None = None,
+) -> CommitResult | None:
+    """`land` without Spark: the same tasks one after another in this process, then the same commit.
+
+    For ranges small enough that starting Spark (10 s and more) costs more than the work itself.
+    The checks, files, txn claims and commit are the sink's, so the table cannot tell the two apart
+    and a rerun by either picks up where the other stopped. A task or commit that fails removes the
+    files no commit holds (as Spark's abort does); a process killed outright before its commit leaves
+    its files unreferenced, as a killed Spark driver does: no reader sees them. `tasks`: told
+    (done, total) as each task ends."""
+    reader = FeedBatchReader(read_options)
+    parts = list(reader.partitions())
+    config = SinkConfig.prepare(
+        {**write_options, "path": table}, from_arrow_schema(SCHEMA), overwrite=False, streaming=False
+    )
+    if not parts:
+        return None
+    written: list[FilesWritten] = []
+    try:
+        for part in parts:
+            written.append(config.write(read_partition(reader.feeds, part)))
+            if tasks is not None:
+                tasks(len(written), len(parts))
+        return config.commit(written)
+    except BaseException:
+        config.abort(written)  # keeps any file a commit (or a staged one the owner may ratify) holds
+        raise
 
 
 def _write_partition(feeds: list[SourceFeed], config: SinkConfig, part: FeedPartition) -> FilesWritten | FeedlogError:

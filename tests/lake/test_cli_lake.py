@@ -2,7 +2,8 @@
 
 What is checked is what the user sees: one line per outcome, the exit code of the error's kind,
 no traceback, no JVM noise, and no Spark at all where the answer is known without it (those runs
-get `--master nonsense://`, which would fail the command if it started Spark).
+get `--master nonsense://`, which would fail the command if it started Spark). A small ingest
+lands in the command's own process (`--engine auto`); `--engine spark` makes it a Spark job.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from feedlog.delta import DeltaTable
+from feedlog.lake.audit import audit_table
 from feedlog.replication.sync import push
 from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
@@ -67,14 +69,13 @@ def peer(tmp_path: Path) -> Iterator[PeerServer]:
 def test_ingest_then_reruns_with_nothing_to_do_say_so_in_one_line_without_spark(tmp_path: Path) -> None:
     make_feed(tmp_path / "feed", 3, batch=3).close()
     table = tmp_path / "table"
-    first = feedlog("ingest", str(tmp_path / "feed"), str(table))
+    first = feedlog("ingest", str(tmp_path / "feed"), str(table), "--json")  # 3 entries: no Spark
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "committed version 1" in first.stdout and "3 entries" in first.stdout
-    assert "incubator" not in first.stderr  # the JVM's start-up warning is filtered out
-    # not a terminal: progress is a line on stderr every 5 s (Spark alone takes longer than that to start)
-    assert any(line.startswith("feedlog: ingest: ") and "of 3 entries" in line for line in first.stderr.splitlines())
-    assert "Traceback" not in first.stderr
+    result = json.loads(first.stdout.splitlines()[-1])
+    assert (result["version"], result["rows"], result["engine"]) == (1, 3, "local")
+    assert first.stderr == ""  # done in well under the 2 s after which progress would be reported
     assert seqs(table) == [1, 2, 3]
+    assert audit_table(str(table), [KEY_A.public_key]).ok
 
     again = feedlog("ingest", str(tmp_path / "feed"), str(table), *NO_SPARK)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -123,11 +124,20 @@ def test_a_failure_inside_a_spark_task_is_the_feedlog_error_behind_it(tmp_path: 
     peer.stop(grace=1)
     with tampering_peer(tmp_path / "peer", victim=150) as port:
         table = tmp_path / "table"
-        p = feedlog("ingest", f"grpc://127.0.0.1:{port}/{KEY_A.public_key.hex()}", str(table))
+        p = feedlog("ingest", f"grpc://127.0.0.1:{port}/{KEY_A.public_key.hex()}", str(table), "--engine", "spark")
         assert p.returncode == 5, p.stderr[-3000:]
         message = one_error_line(p)
         assert "do not hash to the signed tree" in message and "Spark" not in message
         assert not table.exists() or seqs(table) == []
+        assert "incubator" not in p.stderr  # the JVM's start-up warning is filtered out
+        # not a terminal: progress is a line on stderr every 5 s (Spark alone takes longer than that to start)
+        assert any(ln.startswith("feedlog: ingest: ") and "of 300 entries" in ln for ln in p.stderr.splitlines())
+        assert not list(table.glob("*.parquet"))  # the other tasks' files went with the failed job
+
+        here = feedlog("ingest", f"grpc://127.0.0.1:{port}/{KEY_A.public_key.hex()}", str(table))  # the same, no Spark
+        assert here.returncode == 5, here.stderr[-3000:]
+        assert one_error_line(here) == message
+        assert seqs(table) == [] and not list(table.glob("*.parquet"))
 
 
 def test_a_peer_gone_once_spark_runs_is_the_peers_error(tmp_path: Path, peer: PeerServer) -> None:
@@ -137,7 +147,7 @@ def test_a_peer_gone_once_spark_runs_is_the_peers_error(tmp_path: Path, peer: Pe
     push(tmp_path / "feed", Address.parse(f"grpc://{peer.address}"), token=peer.token)
     source = f"grpc://{peer.address}/{KEY_A.public_key.hex()}"
     job = subprocess.Popen(
-        [sys.executable, "-m", "feedlog.cli", "ingest", source, str(tmp_path / "table")],
+        [sys.executable, "-m", "feedlog.cli", "ingest", source, str(tmp_path / "table"), "--engine", "spark"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -243,7 +243,8 @@ def feedlog_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Pop
 
 
 def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: OwnerServer) -> None:
-    """Two `feedlog ingest` processes (each its own Spark) race on one table through the gRPC owner."""
+    """Two `feedlog ingest` processes race on one table through the gRPC owner (each lands its feed in
+    its own process, no Spark: they start within milliseconds of each other, so their commits race)."""
     make_feed(tmp_path / "a", 400, kp=KEY_A).close()
     make_feed(tmp_path / "b", 300, kp=KEY_B).close()
     table = tmp_path / "table"
@@ -259,7 +260,7 @@ def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: Own
     for j in jobs:
         out, err = j.communicate(timeout=300)
         assert j.returncode == 0, err[-2000:]
-        assert "committed version" in out
+        assert "committed version" in out and "without Spark" in out
     assert sorted(h.version for h in DeltaTable.open(table).history()) == [0, 1, 2]
     assert seqs(table, KEY_A.public_key) == list(range(1, 401))
     assert seqs(table, KEY_B.public_key) == list(range(1, 301))
@@ -268,13 +269,15 @@ def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: Own
 
 def test_a_job_killed_mid_batch_lands_every_entry_once_on_rerun(tmp_path: Path) -> None:
     """The committing worker dies before its commit, then (next run) right after it; each rerun
-    lands what is missing, exactly once."""
+    lands what is missing, exactly once. The last rerun lands without Spark: either kind of job
+    picks up where the other stopped."""
     feed = make_feed(tmp_path / "feed", 500, batch=100)
     table = tmp_path / "table"
 
     def run(crash: str | None) -> subprocess.CompletedProcess[str]:
         env = {"FEEDLOG_FAILPOINTS": f"{crash}=exit"} if crash else {}
-        job = feedlog_cli("ingest", str(tmp_path / "feed"), str(table), env=env)
+        engine = ("--engine", "spark") if crash else ()
+        job = feedlog_cli("ingest", str(tmp_path / "feed"), str(table), *engine, env=env)
         out, err = job.communicate(timeout=300)
         return subprocess.CompletedProcess(job.args, job.returncode, out, err)
 
@@ -289,7 +292,7 @@ def test_a_job_killed_mid_batch_lands_every_entry_once_on_rerun(tmp_path: Path) 
     feed.close()
     rerun = run(None)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert "seqs 501..550, 50 new" in rerun.stdout
+    assert "seqs 501..550, 50 new" in rerun.stdout and "without Spark" in rerun.stdout
     assert seqs(table) == list(range(1, 551))
     assert audit_table(str(table), [KEY_A.public_key]).ok
 

@@ -13,13 +13,16 @@ same run, each on the same rows:
   sink only       the same cached rows through the feedlog-delta sink (our writer alone)
   ingest (land)   the same job as `feedlog.lake.land`: each task reads, verifies and writes its
                   Parquet files, rows never enter the JVM; the driver commits (exactly once)
+  ingest here     the same job without Spark (`feedlog ingest --engine local`, what `auto` picks up
+                  to 1M entries): read, verify, write and commit in this one process, on one core
   reader, 1 core  the reader's own work on one core: `read_partition` over the feed in this
                   process, CPU time of the calling thread (the peer's threads not counted)
 Ratios: ingest vs read+parquet (target >= 0.8x), sink only vs parquet only.
 
 Starts (issue 19: what a user waits for), each a `feedlog` command in its own process, wall time:
-  small ingest    3 new entries from the peer into a new table; "first commit" is when the command
-                  prints its commit (target < 15 s on 2 cores)
+  small ingest    3 new entries from the peer into a new table, as a Spark job (`--engine spark`);
+                  "first commit" is when the command prints its commit (target < 15 s on 2 cores)
+  small, auto     the same with the default `--engine auto`: landed in the command's own process
   no-op rerun     the same command again: nothing new, answered without starting Spark (target < 5 s)
   down peer       a source whose peer is not running: the one-line error (target < 5 s)
   bare Spark      the reference with none of our code: a Python process that starts the same local
@@ -98,13 +101,19 @@ def starts(tmp: Path, peer: PeerServer, repeat: int) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         down = f"grpc://127.0.0.1:{s.getsockname()[1]}/{small.key.hex()}"  # nobody listens once closed
-    got: dict[str, list[float]] = {k: [] for k in ("small ingest", "first commit", "no-op rerun", "down peer", "bare")}
+    names = ("small ingest", "first commit", "small, auto", "no-op rerun", "down peer", "bare")
+    got: dict[str, list[float]] = {k: [] for k in names}
     for i in range(repeat):
         table = tmp / f"small-table-{i}"
-        total, first, code = command([*feedlog, "ingest", src, str(table)], until="committed version")
+        total, first, code = command(
+            [*feedlog, "ingest", src, str(table), "--engine", "spark"], until="committed version"
+        )
         assert code == 0 and first is not None, f"small ingest failed ({code})"
         got["small ingest"].append(total)
         got["first commit"].append(first)
+        total, first, code = command([*feedlog, "ingest", src, str(tmp / f"auto-{i}")], until="without Spark")
+        assert code == 0 and first is not None, f"small ingest (auto) failed ({code})"
+        got["small, auto"].append(total)
         total, _, code = command([*feedlog, "ingest", src, str(table)])
         assert code == 0, code
         got["no-op rerun"].append(total)
@@ -116,7 +125,13 @@ def starts(tmp: Path, peer: PeerServer, repeat: int) -> None:
         got["bare"].append(total)
     med = {k: statistics.median(v) for k, v in got.items()}
     print(f"\nstarts ({repeat} run(s), medians; wall time of each command in its own process)")
-    for name, target in (("small ingest", 15.0), ("first commit", None), ("no-op rerun", 5.0), ("down peer", 5.0)):
+    for name, target in (
+        ("small ingest", 15.0),
+        ("first commit", None),
+        ("small, auto", 15.0),
+        ("no-op rerun", 5.0),
+        ("down peer", 5.0),
+    ):
         goal = f"  target < {target:.0f} s: {'met' if med[name] < target else 'NOT met'}" if target else ""
         print(f"  {name:<14}{med[name]:>7.1f} s  ({med[name] / med['bare']:.2f}x bare Spark){goal}")
     print(f"  {'bare Spark':<14}{med['bare']:>7.1f} s  (start local Spark, write 3 rows as Parquet, stop)")
@@ -185,6 +200,8 @@ def main() -> None:
         assert rows == n, rows
         t_land = timed(lambda: land(spark, {"feeds": src}, str(tmp / "table-land"), {}))
         assert DeltaTable.open(tmp / "table-land").info()["rows"] == n
+        t_here = timed(lambda: ingest_batch(None, [src], str(tmp / "table-here"), progress=lambda _m: None))
+        assert DeltaTable.open(tmp / "table-here").info()["rows"] == n
 
         t_read_parquet = timed(lambda: reader().write.parquet(str(tmp / "parquet-read")))
         cached = reader().cache()
@@ -199,6 +216,7 @@ def main() -> None:
             ("reader, 1 core", t_core),
             ("ingest", t_ingest),
             ("ingest (land)", t_land),
+            ("ingest here", t_here),
             ("read+parquet", t_read_parquet),
             ("parquet only", t_parquet),
             ("sink only", t_sink),
@@ -213,6 +231,10 @@ def main() -> None:
         print(
             f"vs Spark's parquet write of the rows from memory (issue 17's reference): ingest "
             f"{t_parquet / t_ingest:.2f}x, ingest as one land() job {t_parquet / t_land:.2f}x (target >= 0.8x)"
+        )
+        print(
+            f"ingest without Spark (one process, one core) vs Spark's parquet write from memory (all cores): "
+            f"{t_parquet / t_here:.2f}x; vs ingest on Spark: {t_ingest / t_here:.2f}x"
         )
         print(f"reader on one core, in this process: {n / t_core:,.0f} entries/s of its thread's CPU (target >= 250k)")
         print(f"reader alone: {n / t_read:,.0f} entries/s (verify + decode + Arrow; the pipeline's bottleneck)")

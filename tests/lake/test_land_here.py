@@ -1,0 +1,113 @@
+"""`feedlog ingest` without Spark (`land.land_here`, `ingest_batch(None, ...)`): the Spark job's
+reader, checks, files and commit, run in this process. What is checked is what the Spark job
+promises: every entry exactly once across failures and reruns, no file left behind by a failed
+run, and a table that real readers (deltalake) and the audit agree with."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from feedlog import failpoints
+from feedlog.delta import DeltaTable
+from feedlog.errors import Corruption, Unavailable
+from feedlog.lake.audit import audit_table
+from feedlog.lake.ingest import ingest_batch
+from feedlog.lake.land import land_here
+from feedlog.log import storage
+from feedlog.log.core import Core
+
+from .conftest import KEY_A, KEY_B, append, make_feed
+
+
+def seqs(table: Path, key: bytes | None = None) -> list[int]:
+    rows = DeltaTable.open(table).to_arrow().to_pylist()
+    return sorted(r["seq"] for r in rows if key is None or r["feed"] == key.hex())
+
+
+def quiet(_m: str) -> None:
+    pass
+
+
+@pytest.fixture
+def armed() -> Iterator[None]:
+    yield
+    failpoints.arm("")
+
+
+def test_ingest_without_spark_lands_each_entry_once_and_picks_up_on_rerun(tmp_path: Path) -> None:
+    a = make_feed(tmp_path / "a", 250, kp=KEY_A)
+    make_feed(tmp_path / "b", 120, kp=KEY_B).close()
+    table = tmp_path / "table"
+    said: list[str] = []
+    done: list[tuple[int, int]] = []
+    first = ingest_batch(
+        None,
+        [str(tmp_path / "a"), str(tmp_path / "b")],
+        str(table),
+        progress=said.append,
+        tasks=lambda *t: done.append(t),
+    )
+    assert (first.version, first.rows) == (1, 370) and first.in_commit_timestamp is not None
+    assert len(said) == 2 and "seqs 1..250, 250 new" in said[0]
+    assert done[-1][0] == done[-1][1]  # every task reported
+    assert ingest_batch(None, [str(tmp_path / "a")], str(table), progress=quiet).version is None  # nothing new
+    append(a, 30)
+    a.close()
+    again = ingest_batch(None, [str(tmp_path / "a"), str(tmp_path / "b")], str(table), progress=quiet)
+    assert (again.version, again.rows) == (2, 30)
+    assert seqs(table, KEY_A.public_key) == list(range(1, 281))
+    assert seqs(table, KEY_B.public_key) == list(range(1, 121))
+    assert audit_table(str(table), [KEY_A.public_key, KEY_B.public_key]).ok
+    import deltalake  # a reader we did not write agrees
+
+    assert deltalake.DeltaTable(str(table)).to_pyarrow_table().num_rows == 400
+    info = DeltaTable.open(table).history(1)[0].commit_info["feedlog"]
+    assert [(f["from"], f["to"]) for f in info["feeds"]] == [(251, 281)]
+
+
+def test_a_failed_task_removes_the_files_of_the_tasks_before_it(tmp_path: Path, armed: None) -> None:
+    make_feed(tmp_path / "feed", 300).close()
+    table = tmp_path / "table"
+    options = {"feeds": str(tmp_path / "feed"), "maxEntriesPerPartition": "100"}  # three tasks
+    failpoints.arm("sink.written=error@2")  # the second task fails once its files are written
+    with pytest.raises(Unavailable):
+        land_here(options, str(table), {})
+    assert not list(table.glob("*.parquet")) and DeltaTable.open(table).version() == 0
+    failpoints.arm("")
+    result = land_here(options, str(table), {})
+    assert result is not None and result.version == 1
+    assert len(list(table.glob("*.parquet"))) == 3 and seqs(table) == list(range(1, 301))
+
+
+def test_a_failed_commit_leaves_no_files_and_the_rerun_lands_everything_once(tmp_path: Path, armed: None) -> None:
+    make_feed(tmp_path / "feed", 200).close()
+    table = tmp_path / "table"
+    failpoints.arm("sink.before_commit=error")
+    with pytest.raises(Unavailable):
+        ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
+    assert not list(table.glob("*.parquet")) and seqs(table) == []
+    failpoints.arm("sink.committed=error")  # committed, then the run fails: its files must stay
+    with pytest.raises(Unavailable):
+        ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
+    assert seqs(table) == list(range(1, 201))
+    failpoints.arm("")
+    assert ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet).rows == 0
+    assert seqs(table) == list(range(1, 201)) and len(list(table.glob("*.parquet"))) == 1
+
+
+def test_a_block_that_does_not_verify_fails_the_run_with_the_readers_error(tmp_path: Path) -> None:
+    make_feed(tmp_path / "feed", 50, batch=10).close()
+    with Core.open(tmp_path / "feed", writable=False) as c:
+        off, _n, _ = c._entry(25)
+    with open(tmp_path / "feed" / storage.LOG, "r+b") as f:  # one bit of stored block 25
+        f.seek(off + 2)
+        b = f.read(1)
+        f.seek(off + 2)
+        f.write(bytes([b[0] ^ 0x40]))
+    table = tmp_path / "table"
+    with pytest.raises(Corruption, match=r"blocks 21\.\.30 do not hash to the signed tree"):
+        ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
+    assert not table.exists() or (seqs(table) == [] and not list(table.glob("*.parquet")))
