@@ -5,7 +5,7 @@ nothing with the driver but the network: they read the feeds from a peer over gR
 data files to moto's S3 server (tests/delta/s3.py) with the storage options the job hands them.
 The committing worker commits through a commit owner served over gRPC, which reaches the bucket
 with credentials of its own. Three things are killed on the way, and every entry still lands
-exactly once:
+exactly once (the rerun after them lands in the command's own process, without Spark):
 
 1. the driver (the whole `feedlog ingest` process group) while executors have written files;
 2. one executor JVM while its task stands at the same step (Spark reruns the task elsewhere);
@@ -64,11 +64,17 @@ def owner(tmp_path: Path, s3_server: S3Server) -> Iterator[OwnerServer]:
 
 
 def start_ingest(
-    sources: list[str], table: str, s3: S3Server, owner: OwnerServer, tmp_path: Path, env: dict[str, str]
+    sources: list[str],
+    table: str,
+    s3: S3Server,
+    owner: OwnerServer,
+    tmp_path: Path,
+    env: dict[str, str],
+    engine: tuple[str, ...] = ("--master", MASTER),
 ) -> subprocess.Popen[str]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    cmd = [sys.executable, "-m", "feedlog.cli", "ingest", *sources, table, "--master", MASTER]
+    cmd = [sys.executable, "-m", "feedlog.cli", "ingest", *sources, table, *engine]
     cmd += ["--owner", owner.endpoint, "--token-file", str(token_file), "--json"]
     cmd += [a for k, v in s3.options.items() for a in ("--storage-option", f"{k}={v}")]
     return subprocess.Popen(
@@ -175,10 +181,12 @@ def test_ingest_on_a_cluster_into_s3_lands_every_entry_once_across_killed_driver
     assert "Traceback" not in err.split("feedlog: error:")[-1]
     assert rows() == []
 
-    # the rerun lands every entry exactly once
-    code, out, err = finish(start_ingest(sources, table, s3_server, owner, tmp_path, {}))
+    # the rerun lands every entry exactly once; it runs without Spark (500 entries: `--engine auto`
+    # lands them in the command's process), so it also shows either kind of job finishes the other's
+    code, out, err = finish(start_ingest(sources, table, s3_server, owner, tmp_path, {}, engine=()))
     assert code == 0, err[-3000:]
-    assert json.loads(out.strip().splitlines()[-1])["rows"] == 500
+    result = json.loads(out.strip().splitlines()[-1])
+    assert (result["rows"], result["engine"]) == (500, "local")
     landed = rows()
     for kp, n in ((KEY_A, 300), (KEY_B, 200)):
         assert sorted(r["seq"] for r in landed if r["feed"] == kp.public_key.hex()) == list(range(1, n + 1))
