@@ -134,13 +134,28 @@ class LocalStorage:
         return out
 
     def read(self, path: str) -> bytes:
+        # os.open/fstat/read, not open(): a snapshot without a checkpoint reads every commit file,
+        # and the file object's layers cost half of it (10,000 commits: ~160 ms -> ~90 ms, measured)
+        full = self._abs(path)
         try:
-            with open(self._abs(path), "rb") as f:
-                return f.read()
+            fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                size = os.fstat(fd).st_size
+                data = os.read(fd, size + 1)
+                if len(data) <= size:
+                    return data  # a short read of a regular file is its end
+                parts = [data]  # grown since the fstat, or not a regular file: read to the end
+                while chunk := os.read(fd, 1 << 20):
+                    parts.append(chunk)
+                return b"".join(parts)
+            finally:
+                os.close(fd)
         except (FileNotFoundError, NotADirectoryError):  # a path under a file does not exist either
-            raise NotFound(f"{self._abs(path)} does not exist") from None
+            raise NotFound(f"{full} does not exist") from None
+        except IsADirectoryError:
+            raise Unavailable(f"cannot read {full}: it is a directory") from None
         except OSError as e:
-            raise Unavailable(f"cannot read {self._abs(path)}: {e.strerror}") from None
+            raise Unavailable(f"cannot read {full}: {e.strerror}") from None
 
     def stat(self, path: str) -> FileInfo:
         try:
