@@ -36,7 +36,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from ..errors import InvalidArgument
@@ -183,7 +183,7 @@ class FeedBatchReader(DataSourceReader):
         return read_partition(self.feeds, partition)
 
 
-class FeedStreamReader(DataSourceStreamReader):
+class FeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.feeds = load_feeds(options)
         # (Spark's options are case-insensitive; a plain dict of them is not)
@@ -192,6 +192,12 @@ class FeedStreamReader(DataSourceStreamReader):
         self.max_per_trigger = _int_option(options, "maxEntriesPerTrigger", None)
         if "endingOffsets" in options:
             raise InvalidArgument("endingOffsets is for batch reads; a stream reads on as the feeds grow")
+        #: each feed's signed length when an availableNow query started: it reads up to there and stops,
+        #: however fast a writer appends meanwhile (None: read on as the feeds grow)
+        self.target: dict[str, int] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = signed_lengths(self.feeds)
 
     def initialOffset(self) -> dict[str, int]:
         return resolve_offsets(self.starting, self.feeds, "latest", "startingOffsets", signed_lengths(self.feeds))
@@ -210,7 +216,7 @@ class FeedStreamReader(DataSourceStreamReader):
             else:  # a feed added to the query since its last run starts at startingOffsets
                 initial = initial or self.initialOffset()
                 lo = initial[k]
-            length = f.source.signed_length()
+            length = f.source.signed_length() if self.target is None else self.target[k]
             hi = length
             if budget is not None:
                 hi = min(length, lo + budget)

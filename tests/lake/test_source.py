@@ -65,6 +65,23 @@ def test_stream_offsets_end_on_signed_batches(feed_dir: Path) -> None:
     assert FeedStreamReader({"feed": str(feed_dir)}).initialOffset() == {key: 301}  # Kafka's default: latest
 
 
+def test_an_available_now_stream_stops_at_what_was_signed_when_it_started(feed_dir: Path) -> None:
+    """Trigger.AvailableNow: the feed's length when the query starts is the end, however much a
+    writer appends while the query runs (else a busy feed's query would never stop)."""
+    key = KEY_A.public_key.hex()
+    s = FeedStreamReader({"feed": str(feed_dir), "maxEntriesPerTrigger": "150", "startingOffsets": "earliest"})
+    s.prepareForTriggerAvailableNow()
+    feed = Feed.open(feed_dir)
+    feed.append([Write(f"/late{i}", b"x") for i in range(100)])  # signed length 401 now
+    feed.close()
+    assert s.latestOffset({key: 1}, ReadMaxRows(150)) == {key: 201}
+    assert s.latestOffset({key: 201}, ReadMaxRows(150)) == {key: 301}
+    assert s.latestOffset({key: 301}, ReadMaxRows(150)) == {key: 301}  # done: Spark ends the query
+    assert s.latestOffset({key: 1}, ReadAllAvailable()) == {key: 301}
+    fresh = FeedStreamReader({"feed": str(feed_dir), "startingOffsets": "earliest"})  # a plain trigger reads on
+    assert fresh.latestOffset({key: 301}, ReadAllAvailable()) == {key: 401}
+
+
 def test_several_feeds_and_bad_specs(tmp_path: Path, feed_dir: Path) -> None:
     make_feed(tmp_path / "b", 10, kp=KEY_B).close()
     srcs = parse_sources(f"{feed_dir}, {tmp_path / 'b'}")
