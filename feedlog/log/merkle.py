@@ -12,13 +12,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from itertools import repeat, starmap
+from operator import add
+from typing import NamedTuple
 
 from ..errors import Corruption, InvalidArgument, SignatureError
 from . import flat_tree
-from .crypto import _LEAF_PREFIXES, PARENT_TYPE, Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
+from .crypto import _LEAF_PREFIXES, LEAF_TYPE, PARENT_TYPE, Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
 
 
 class Node(NamedTuple):
@@ -82,7 +84,34 @@ def append_leaves(roots: Sequence[Node], start: int, blocks: Sequence[bytes]) ->
 
 NODE = struct.Struct("<32sQ")  # a tree node on disk (storage.NODE)
 _PARENT = struct.Struct("<BQ32s32s")
+_LEAF_PREFIX = struct.Struct("<BQ")
 _HASHER = hashlib.blake2b(digest_size=32)
+_COPY, _UPDATE, _DIGEST = hashlib.blake2b.copy, hashlib.blake2b.update, hashlib.blake2b.digest
+_ZERO_HASH = bytes(32)
+#: nodes packed per struct call when a batch's range is laid out (`_pack_nodes`)
+_RUN = 128
+_NODE_RUN = struct.Struct("<" + "32sQ" * _RUN)
+
+
+def _hash_each(n: int, *parts: Iterable[bytes]) -> list[bytes]:
+    """BLAKE2b-256 of `n` inputs, input i being the concatenation of the i-th item of each of `parts`.
+
+    The append path's hot loop (issue 17): two hashes per block. Every step is a
+    `map` of a C method (copy a prepared hasher, update, digest), so no Python
+    bytecode runs per hash; a comprehension calling a helper per hash cost about
+    as much again as the hashing. `update` returns None, so `any` drains its map.
+    """
+    hashers = list(map(_COPY, repeat(_HASHER, n)))
+    for part in parts:
+        any(map(_UPDATE, hashers, part))
+    return list(map(_DIGEST, hashers))
+
+
+def _parents(hashes: list[bytes], sizes: list[int]) -> tuple[list[bytes], list[int]]:
+    """The parents of consecutive sibling pairs (hashes[0], hashes[1]), ...; an unpaired last node has none."""
+    sizes = list(map(add, sizes[0::2], sizes[1::2]))  # map stops before an unpaired last node
+    packed = map(_PARENT.pack, repeat(PARENT_TYPE), sizes, hashes[0::2], hashes[1::2])
+    return _hash_each(len(sizes), packed), sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +120,13 @@ class Fold:
 
     `buf` holds the nodes with indices lo .. lo + len(have) - 1 (the batch's leaf
     range), 40 bytes each; `have[i]` is 1 where the batch computed node lo + i
-    (the parents reaching past the batch's last block are not known yet).
-    `outside` are the parents joining the batch to older roots (indices < lo).
+    (the parents reaching past the batch's last block are not known yet; their
+    bytes are zero). `outside` are the parents joining the batch to older roots
+    (indices < lo).
     """
 
     lo: int
-    buf: bytearray
+    buf: bytes
     have: bytearray
     outside: list[Node]
     roots: list[Node]
@@ -108,35 +138,26 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
 
     The append path's hot loop (issue 17), a level at a time: the batch's leaf
     hashes, then each level's parents from pairs of the level below (an old root
-    joining in on the left where the level starts at an odd offset), each level
-    one comprehension; an unpaired last node of a level is a new root.
+    joining in on the left where the level starts at an odd offset); an unpaired
+    last node of a level is a new root. Each level's nodes are packed and slotted
+    into the range's node list with one strided slice assignment, and the list
+    is joined once.
     """
     n = len(blocks)
     lo = 2 * start
     width = 2 * n - 1 if n else 0
-    size = NODE.size
-    buf = bytearray(width * size)
-    have = bytearray(width)
-    pack = NODE.pack_into
-    parent = _PARENT.pack
-    copy = _HASHER.copy
     old = {flat_tree.depth(r.index): r for r in roots}
     kept = dict(old)  # old roots no new node joins
     outside: list[Node] = []
     new_roots: list[Node] = []
     leaf_sizes = sizes = list(map(len, blocks)) if sizes is None else sizes
-    if sizes and max(sizes) < len(_LEAF_PREFIXES):  # small blocks: H(prefix || block) in one update
-        prefixes = _LEAF_PREFIXES
-        hashes = [_digest(copy(), prefixes[sz] + b) for sz, b in zip(sizes, blocks, strict=True)]
-    else:
-        hashes = [leaf_hash(b) for b in blocks]
-    d, a = 0, start  # level and offset (among nodes of that depth) of hashes[0]
-    if n:  # the leaves, every other node of the range, in one pack
-        fields: list[Any] = [None] * (2 * n)
-        fields[0::2] = hashes
-        fields[1::2] = sizes
-        _leaf_run(n).pack_into(buf, 0, *fields)
+    hashes = leaf_hashes(blocks, sizes)
+    # (hash, size) of each node of the range, zero where the batch computes none
+    fields: list[bytes | int] = [_ZERO_HASH, 0] * width
+    fields[0::4], fields[1::4] = hashes, sizes  # the leaves, every other node of the range
+    have = bytearray(width)
     have[0::2] = b"\x01" * n
+    d, a = 0, start  # level and offset (among nodes of that depth) of hashes[0]
     while hashes:
         if a & 1:  # the left sibling of the level's first node is an old root
             r = kept.pop(d)
@@ -148,12 +169,7 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
             new_roots.append(Node(flat_tree.index(d, a + m - 1), hashes[-1], sizes[-1]))
         if m < 2:
             break
-        # zip stops before an unpaired last node
-        sizes = [x + y for x, y in zip(sizes[0::2], sizes[1::2], strict=False)]
-        hashes = [
-            _digest(copy(), parent(PARENT_TYPE, sz, x, y))
-            for sz, x, y in zip(sizes, hashes[0::2], hashes[1::2], strict=False)
-        ]
+        hashes, sizes = _parents(hashes, sizes)
         d += 1
         a >>= 1
         step, i = 1 << (d + 1), (a << (d + 1)) + (1 << d) - 1  # flat indices: i, i + step, ...
@@ -161,47 +177,53 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
         if i < lo:  # only a level's first parent can join an old root (indices below the batch)
             outside.append(Node(i, hashes[0], sizes[0]))
             k, i = 1, i + step
-        pos = i - lo
         count = len(hashes) - k
         if count:
+            pos = i - lo
             have[pos : pos + (count - 1) * step + 1 : step] = b"\x01" * count
-        for h, sz in zip(hashes[k:], sizes[k:], strict=True):
-            pack(buf, pos * size, h, sz)
-            pos += step
+            stop = 2 * (pos + (count - 1) * step) + 1
+            fields[2 * pos : stop : 2 * step], fields[2 * pos + 1 : stop + 1 : 2 * step] = hashes[k:], sizes[k:]
     out_roots = sorted([*kept.values(), *new_roots], key=lambda r: r.index)
-    return Fold(lo, buf, have, outside, out_roots, leaf_sizes)
+    return Fold(lo, _pack_nodes(fields), have, outside, out_roots, leaf_sizes)
 
 
-@functools.lru_cache(maxsize=32)
-def _leaf_run(n: int) -> struct.Struct:
-    """n leaf nodes, each followed by a parent's slot left as it is (the last one by nothing)."""
-    return struct.Struct("<" + "32sQ40x" * (n - 1) + "32sQ")
+def _pack_nodes(fields: list[bytes | int]) -> bytes:
+    """Nodes given as (hash, size, hash, size, ...) packed as the tree file holds them.
+
+    `_RUN` nodes per call of one prebuilt struct, the rest with one built for their
+    count (cached): a struct for each batch width would cost its build at every new width.
+    """
+    n = len(fields) // 2
+    full = 2 * (n - n % _RUN)
+    run = 2 * _RUN
+    head = b"".join(starmap(_NODE_RUN.pack, [fields[i : i + run] for i in range(0, full, run)]))
+    return head + _node_run(n % _RUN).pack(*fields[full:])
 
 
-def _digest(h: Any, data: bytes) -> bytes:
-    h.update(data)
-    return h.digest()  # type: ignore[no-any-return]
+@functools.lru_cache(maxsize=_RUN)
+def _node_run(n: int) -> struct.Struct:
+    return struct.Struct("<" + "32sQ" * n)
 
 
 def leaf_hashes(blocks: Sequence[bytes], sizes: Sequence[int]) -> list[bytes]:
-    """`leaf_hash` of each block (`sizes` their lengths), in one comprehension: a reader's hot loop."""
-    if sizes and max(sizes) < len(_LEAF_PREFIXES):  # small blocks: H(prefix || block) in one update
-        copy, prefixes = _HASHER.copy, _LEAF_PREFIXES
-        return [_digest(copy(), prefixes[sz] + b) for sz, b in zip(sizes, blocks, strict=True)]
-    return [leaf_hash(b) for b in blocks]
+    """`leaf_hash` of each block (`sizes` their lengths), with no bytecode per block: a reader's hot loop."""
+    try:  # the prefixes of small blocks are prebuilt: a lookup costs less than a pack
+        prefixes: Iterable[bytes] = list(map(_LEAF_PREFIXES.__getitem__, sizes))
+    except IndexError:
+        prefixes = map(_LEAF_PREFIX.pack, repeat(LEAF_TYPE), sizes)
+    return _hash_each(len(sizes), prefixes, blocks)
 
 
 def fold_roots(roots: Sequence[Node], start: int, hashes: list[bytes], sizes: list[int]) -> list[Node]:
     """The roots after appending leaves `hashes` (of blocks of `sizes`) at `start` to a tree with `roots`.
 
     What a reader that keeps no tree needs to check a signed batch: `fold` without
-    laying out the nodes, a level at a time (one comprehension of parent hashes per
-    level, an old root joining on the left where a level starts at an odd offset).
+    laying out the nodes, a level at a time (the parent hashes of a level in one
+    `_parents`, an old root joining on the left where a level starts at an odd offset).
     `roots` must be the tree's roots at `start` (`flat_tree.full_roots(start)`).
     """
     kept = {flat_tree.depth(r.index): r for r in roots}
     new_roots: list[Node] = []
-    parent, copy = _PARENT.pack, _HASHER.copy
     d, a = 0, start  # level and offset (among nodes of that depth) of hashes[0]
     while hashes:
         if a & 1:  # the left sibling of the level's first node is an old root
@@ -212,12 +234,7 @@ def fold_roots(roots: Sequence[Node], start: int, hashes: list[bytes], sizes: li
             new_roots.append(Node(flat_tree.index(d, a + m - 1), hashes[-1], sizes[-1]))
         if m < 2:
             break
-        # zip stops before an unpaired last node
-        sizes = [x + y for x, y in zip(sizes[0::2], sizes[1::2], strict=False)]
-        hashes = [
-            _digest(copy(), parent(PARENT_TYPE, sz, x, y))
-            for sz, x, y in zip(sizes, hashes[0::2], hashes[1::2], strict=False)
-        ]
+        hashes, sizes = _parents(hashes, sizes)
         d, a = d + 1, a >> 1
     return sorted([*kept.values(), *new_roots], key=lambda r: r.index)
 
