@@ -10,17 +10,19 @@ with capped exponential backoff.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
-from feedlog.errors import Corruption, FeedlogError
+from feedlog.errors import Corruption, FeedlogError, InvalidArgument, NotFound
+from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication import wire
 from feedlog.replication.client import FeedClient, Subscription
 from feedlog.replication.sync import check_remote, store_responses
 from feedlog.rpc import Address, Tls
 
 from .events import event
-from .host import FeedHost
+from .host import FeedHost, HostedFeed
 
 
 class Follower:
@@ -48,44 +50,58 @@ class Follower:
                 self._sub.cancel()
         self._thread.join(timeout)
 
+    def _hosted(self, info: pb.FeedInfo) -> HostedFeed:
+        """The replica, created (if new) once the upstream first answers, keeping the writer's
+        timestamp policy and TTL as it reports them, as a clone does (only shown, never enforced)."""
+        try:
+            return self.host.replica(self.key, info.timestamps, info.ttl)
+        except InvalidArgument:  # malformed settings are not worth refusing verified blocks for
+            return self.host.replica(self.key)
+
     def _run(self) -> None:
-        hf = self.host.replica(self.key)
+        try:
+            hf: HostedFeed | None = self.host.get(self.key)  # followed before: resume it
+        except NotFound:
+            hf = None  # created when the upstream first answers (`_hosted`)
         peer, feed = self.address.target, self.key.hex()
         backoff = 0.1
+
+        def length() -> int:
+            return 0 if hf is None else hf.feed.length
+
         while not self._stop.is_set():
             progressed = False
 
-            def stored(length: int) -> None:
+            def stored(hosted: HostedFeed, length: int) -> None:
                 nonlocal progressed
                 progressed = True
-                hf.notify()
+                hosted.notify()
 
             try:
                 with FeedClient(peer, tls=self.tls) as client:
+                    info = client.info(self.key)
+                    if hf is None:
+                        hf = self._hosted(info)
                     # a peer whose signed tree differs at a length we hold is a fork, not "nothing new";
                     # the roots at our length let store_responses catch one further on (issue 13 item 10)
-                    check_remote(hf.feed, wire.state_of(client.info(self.key).state), peer)
+                    check_remote(hf.feed, wire.state_of(info.state), peer)
                     sub = client.subscribe(self.key, hf.feed.length, with_roots=True)
                     with self._lock:
                         self._sub = sub
                     if self._stop.is_set():
                         sub.cancel()
-                    event("follow_connected", peer=peer, feed=feed, length=hf.feed.length)
-                    store_responses(hf.feed, sub, peer, stored, budget=client.budget)
+                    event("follow_connected", peer=peer, feed=feed, length=length())
+                    store_responses(hf.feed, sub, peer, functools.partial(stored, hf), budget=client.budget)
             except Corruption as e:
                 self.rejections += 1
                 self.last_error = str(e)
-                event(
-                    "follow_rejected", logging.WARNING, peer=peer, feed=feed, kept_length=hf.feed.length, error=str(e)
-                )
+                event("follow_rejected", logging.WARNING, peer=peer, feed=feed, kept_length=length(), error=str(e))
             except FeedlogError as e:
                 self.last_error = str(e)
-                event("follow_disconnected", logging.INFO, peer=peer, feed=feed, length=hf.feed.length, error=str(e))
+                event("follow_disconnected", logging.INFO, peer=peer, feed=feed, length=length(), error=str(e))
             except Exception as e:  # a bug of ours met by hostile input: log it, keep the thread, retry later
                 self.last_error = f"{type(e).__name__}: {e}"
-                event(
-                    "follow_failed", logging.ERROR, peer=peer, feed=feed, length=hf.feed.length, error=self.last_error
-                )
+                event("follow_failed", logging.ERROR, peer=peer, feed=feed, length=length(), error=self.last_error)
             finally:
                 with self._lock:
                     self._sub = None

@@ -229,9 +229,7 @@ def test_a_clone_and_info_on_the_peer_show_the_writers_policy(peer: PeerServer, 
     assert local["timestamps"] == "fuzz:30s" and local["ttl"] == "7d" and local["writable"] is False
 
 
-def test_a_pushed_feed_keeps_its_policy_and_a_replica_never_told_it_shows_none(
-    peer: PeerServer, tmp_path: Path
-) -> None:
+def test_a_pushed_feed_keeps_its_policy_and_clones_and_followers_learn_it(peer: PeerServer, tmp_path: Path) -> None:
     from feedlog.errors import NotFound
     from feedlog.replication.client import FeedClient
     from feedlog.rpc import Address
@@ -247,7 +245,7 @@ def test_a_pushed_feed_keeps_its_policy_and_a_replica_never_told_it_shows_none(
     assert feedlog("clone", f"{url}/{key}", str(tmp_path / "copy")).returncode == 0
     assert json.loads(feedlog("info", str(tmp_path / "copy"), "--json").stdout)["timestamps"] == "truncate:1h"
 
-    # a follower replicates blocks only: it does not know the writer's policy, and does not make one up
+    # a following peer learns them from its upstream as the clone did (the peer only reports them)
     follower = PeerServer(tmp_path / "b", "127.0.0.1:0", follow=[Address.parse(f"{url}/{key}", need_feed=True)]).start()
     try:
         with FeedClient(follower.address) as client:
@@ -260,10 +258,19 @@ def test_a_pushed_feed_keeps_its_policy_and_a_replica_never_told_it_shows_none(
                     pass
                 time.sleep(0.1)
         followed = json.loads(feedlog("info", f"grpc://{follower.address}/{key}", "--json").stdout)
-        assert followed["length"] == 2 and followed["timestamps"] is None and followed["ttl"] is None
-        assert "timestamps      -" in feedlog("info", f"grpc://{follower.address}/{key}").stdout
+        assert (followed["length"], followed["timestamps"], followed["ttl"]) == (2, "truncate:1h", "2d")
     finally:
         follower.stop(grace=1)
+
+
+def test_a_replica_never_told_the_writers_policy_shows_none(tmp_path: Path) -> None:
+    from feedlog.log.crypto import KeyPair
+    from feedlog.log.feed import Feed
+
+    Feed.create_replica(tmp_path / "r", KeyPair.generate().public_key).close()  # as from a peer that knows none
+    assert "timestamps      -" in feedlog("info", str(tmp_path / "r")).stdout
+    shown = json.loads(feedlog("info", str(tmp_path / "r"), "--json").stdout)
+    assert shown["timestamps"] is None and shown["ttl"] is None
 
 
 def test_push_after_compact_names_the_cleared_block_and_leaves_nothing_on_the_peer(peer: PeerServer, feed: str) -> None:
