@@ -32,7 +32,7 @@ VARINT, LEN, I64, I32 = 0, 2, 1, 5
 #: a longer varint (a value of 2**63 or more) is left to the reference decoder
 MAX_VARINT = 9
 #: zero bytes after the data, so a varint read never indexes past the buffer
-_PAD = bytes(16)
+PAD = bytes(16)
 
 #: InflatedEntry: key, value, deleted, trie, timestamp, expires_at (the fields a row has)
 ENTRY_FIELDS = {1: LEN, 2: LEN, 3: VARINT, 4: LEN, 9: VARINT, 10: VARINT}
@@ -78,7 +78,7 @@ class _Field:
     offset: np.ndarray  # int64: a length-delimited field's first byte
 
 
-def _varints(buf: np.ndarray, pos: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def varints(buf: np.ndarray, pos: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The varints at `pos`: values, positions after them, and where one is not readable here
     (longer than MAX_VARINT bytes, or running past its message's `end`)."""
     b = buf[pos]
@@ -98,7 +98,7 @@ def _varints(buf: np.ndarray, pos: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     return val, after, bad
 
 
-def _scan(
+def scan_fields(
     buf: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
@@ -117,7 +117,7 @@ def _scan(
         if not act.size:
             break
         e = ends[act]
-        tag, p, wrong = _varints(buf, pos[act], e)
+        tag, p, wrong = varints(buf, pos[act], e)
         number, wt = tag >> 3, tag & 7
         # upb refuses field 0, a number over 2**29 - 1 and a tag longer than 5 bytes (a valid number, padded)
         wrong |= (number == 0) | (number >= 1 << 29) | (p - pos[act] > 5)
@@ -125,11 +125,11 @@ def _scan(
         after = p.copy()
         i = np.flatnonzero((wt == VARINT) & ~wrong)
         if i.size:
-            val[i], after[i], w = _varints(buf, p[i], e[i])
+            val[i], after[i], w = varints(buf, p[i], e[i])
             wrong[i] |= w
         i = np.flatnonzero((wt == LEN) & ~wrong)
         if i.size:
-            length, first, w = _varints(buf, p[i], e[i])
+            length, first, w = varints(buf, p[i], e[i])
             w |= length > e[i] - first
             val[i], p[i], after[i] = length, first, first + np.where(w, 0, length)
             wrong[i] |= w
@@ -229,8 +229,8 @@ def decode_columns(content_type: str, seqs: Sequence[int] | np.ndarray, blocks: 
         [_bitmap(present) if nulls else None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
         nulls,
     )
-    buf = np.frombuffer(data + _PAD, np.uint8)
-    f, bad = _scan(buf, starts, ends, ENTRY_FIELDS, ENTRY_REFUSED)
+    buf = np.frombuffer(data + PAD, np.uint8)
+    f, bad = scan_fields(buf, starts, ends, ENTRY_FIELDS, ENTRY_REFUSED)
     for k in ENTRY_REQUIRED:
         bad |= ~f[k].present
     key, value, expires = f[1], f[2], f[10]
@@ -240,14 +240,16 @@ def decode_columns(content_type: str, seqs: Sequence[int] | np.ndarray, blocks: 
     has_stat = np.zeros(n, bool)
     if content_type == DRIVE_EVENT:
         # the DriveEvent in each value (an absent value is an empty event: no stat, no timestamp)
-        ev, ev_bad = _scan(buf, value.offset, value.offset + np.where(value.present, value.value, 0), DRIVE_FIELDS)
+        ev, ev_bad = scan_fields(
+            buf, value.offset, value.offset + np.where(value.present, value.value, 0), DRIVE_FIELDS
+        )
         st, ev_ts = ev[1], ev[2]
         timestamp = np.where(ev_ts.present, ev_ts.value, timestamp)
         has_timestamp |= ev_ts.present
         deleted |= ~st.present
         has_stat = st.present.copy()
         stat_end = st.offset + np.where(st.present, st.value, 0)
-        s, s_bad = _scan(buf, st.offset, stat_end, dict.fromkeys(STAT_NUMBERS, VARINT))
+        s, s_bad = scan_fields(buf, st.offset, stat_end, dict.fromkeys(STAT_NUMBERS, VARINT))
         bad |= ev_bad | s_bad | (st.present & ~s[STAT_REQUIRED].present)
         for k in STAT_32:
             bad |= s[k].present & (s[k].value >= 1 << 32)
@@ -271,7 +273,7 @@ def decode_columns(content_type: str, seqs: Sequence[int] | np.ndarray, blocks: 
                 v = (r.stat or {}).get(name)
                 has[i] = v is not None and v <= MAX_INT64  # a larger uint64 does not fit the column
                 vals[i] = v if has[i] else 0
-        buf = np.frombuffer(data + bytes(extra) + _PAD, np.uint8)
+        buf = np.frombuffer(data + bytes(extra) + PAD, np.uint8)
     try:
         keys = _binary(pa.string(), buf, key.offset, key.value, present)
     except pa.ArrowInvalid:  # a key that is not UTF-8: the reference raises its Corruption naming the block

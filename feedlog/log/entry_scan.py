@@ -23,17 +23,17 @@ import numpy as np
 from ..errors import Corruption
 from .entries import DRIVE_EVENT, _parse
 from .entry_columns import (
-    _PAD,
     DRIVE_FIELDS,
     ENTRY_FIELDS,
     ENTRY_REFUSED,
     ENTRY_REQUIRED,
+    PAD,
     STAT_32,
     STAT_NUMBERS,
     STAT_REQUIRED,
     VARINT,
-    _scan,
-    _varints,
+    scan_fields,
+    varints,
 )
 
 #: below this many blocks the per-block parse is cheaper than numpy's fixed cost per step
@@ -86,7 +86,7 @@ def timestamp_range(content_type: str, start: int, blocks: Sequence[bytes | None
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     starts, ends = offsets[:-1], offsets[1:]
-    buf = np.frombuffer(b"".join(present) + _PAD, np.uint8)
+    buf = np.frombuffer(b"".join(present) + PAD, np.uint8)
     has = np.zeros(n, bool)
     ts = np.zeros(n, np.uint64)
     rest = np.arange(n)
@@ -117,7 +117,7 @@ def _writer_shape(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
     once, in that order, with one-byte tags, varints of at most MAX_VARINT bytes and
     nothing after. Each such message is a valid entry whatever its field values, so
     its timestamp is the one upb reads; a field at a time, no per-field loop as in
-    `_scan`. Returns (ok, has timestamp, timestamp as uint64).
+    `scan_fields`. Returns (ok, has timestamp, timestamp as uint64).
     """
     n = len(starts)
     pos = starts.copy()
@@ -131,7 +131,7 @@ def _writer_shape(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
             ok &= hit
         elif not hit.any():  # deleted and expires_at are seldom set
             continue
-        val, after, bad = _varints(buf, pos + 1, ends)
+        val, after, bad = varints(buf, pos + 1, ends)
         if delimited:
             bad |= val > ends - after
             if tag == 0x0A:
@@ -154,10 +154,10 @@ def _writer_shape(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
 def _any_shape(
     content_type: str, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`entry_columns._scan` of the messages buf[starts:ends]: (has timestamp, timestamp, bad), where bad
+    """`entry_columns.scan_fields` of the messages buf[starts:ends]: (has timestamp, timestamp, bad), where bad
     ones (the scan cannot read them exactly, or their key may be no UTF-8) are the reference's."""
     n = len(starts)
-    f, bad = _scan(buf, starts, ends, ENTRY_FIELDS, ENTRY_REFUSED)
+    f, bad = scan_fields(buf, starts, ends, ENTRY_FIELDS, ENTRY_REFUSED)
     for k in ENTRY_REQUIRED:
         bad |= ~f[k].present
     key = f[1]
@@ -167,10 +167,12 @@ def _any_shape(
     bad |= (top >= 0x80) & (key.value > 0)
     if content_type == DRIVE_EVENT:
         value = f[2]
-        ev, ev_bad = _scan(buf, value.offset, value.offset + np.where(value.present, value.value, 0), DRIVE_FIELDS)
+        ev, ev_bad = scan_fields(
+            buf, value.offset, value.offset + np.where(value.present, value.value, 0), DRIVE_FIELDS
+        )
         st = ev[1]
         stat_fields = dict.fromkeys(STAT_NUMBERS, VARINT)
-        s, s_bad = _scan(buf, st.offset, st.offset + np.where(st.present, st.value, 0), stat_fields)
+        s, s_bad = scan_fields(buf, st.offset, st.offset + np.where(st.present, st.value, 0), stat_fields)
         bad |= ev_bad | s_bad | (st.present & ~s[STAT_REQUIRED].present)
         for k in STAT_32:  # upb takes a uint32 from a wider varint its own way
             bad |= s[k].present & (s[k].value >= 1 << 32)
