@@ -146,11 +146,12 @@ def check_batch(start: int, blocks: Sequence[bytes | None]) -> list[int]:
         sizes = [0 if b is None else len(b) for b in blocks]
     if not sizes:
         return sizes
-    biggest = max(sizes)
-    if biggest > MAX_BLOCK_BYTES:
+    total = sum(sizes)
+    # no block can be over the limit when all of them together are not: the usual batch skips `max`
+    if total > MAX_BLOCK_BYTES and max(sizes) > MAX_BLOCK_BYTES:
         n, size = next((n, size) for n, size in enumerate(sizes) if size > MAX_BLOCK_BYTES)
         raise InvalidArgument(f"block {start + n} is {size} bytes; the limit is {MAX_BLOCK_BYTES}")
-    weight = sum(sizes) + BLOCK_COST * len(sizes)
+    weight = total + BLOCK_COST * len(sizes)
     if weight > MAX_BATCH_BYTES:
         raise InvalidArgument(
             f"a batch of {len(blocks)} blocks weighs {weight} bytes ({BLOCK_COST} per block included); "
