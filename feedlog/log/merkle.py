@@ -139,15 +139,14 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
     The append path's hot loop (issue 17), a level at a time: the batch's leaf
     hashes, then each level's parents from pairs of the level below (an old root
     joining in on the left where the level starts at an odd offset); an unpaired
-    last node of a level is a new root. Each level's nodes are packed and slotted
-    into the range's node list with one strided slice assignment, and the list
-    is joined once.
+    last node of a level is a new root. Each level's hashes and sizes go into the
+    range's (hash, size) field list with two strided slice assignments, and the
+    list is packed once (`_pack_nodes`).
     """
     n = len(blocks)
     lo = 2 * start
     width = 2 * n - 1 if n else 0
-    old = {flat_tree.depth(r.index): r for r in roots}
-    kept = dict(old)  # old roots no new node joins
+    kept = {flat_tree.depth(r.index): r for r in roots}  # old roots no new node joins
     outside: list[Node] = []
     new_roots: list[Node] = []
     leaf_sizes = sizes = list(map(len, blocks)) if sizes is None else sizes
