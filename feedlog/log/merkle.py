@@ -109,6 +109,11 @@ def _hash_each(n: int, *parts: Iterable[bytes]) -> list[bytes]:
 
 def _parents(hashes: list[bytes], sizes: list[int]) -> tuple[list[bytes], list[int]]:
     """The parents of consecutive sibling pairs (hashes[0], hashes[1]), ...; an unpaired last node has none."""
+    if len(hashes) < 4:  # one parent (a top level): hashed directly, cheaper than setting up the maps
+        if len(hashes) < 2:
+            return [], []
+        size = sizes[0] + sizes[1]
+        return [parent_hash(hashes[0], hashes[1], size)], [size]
     sizes = list(map(add, sizes[0::2], sizes[1::2]))  # map stops before an unpaired last node
     packed = map(_PARENT.pack, repeat(PARENT_TYPE), sizes, hashes[0::2], hashes[1::2])
     return _hash_each(len(sizes), packed), sizes
@@ -118,19 +123,38 @@ def _parents(hashes: list[bytes], sizes: list[int]) -> tuple[list[bytes], list[i
 class Fold:
     """A batch folded into the tree, its nodes laid out as the tree file holds them.
 
-    `buf` holds the nodes with indices lo .. lo + len(have) - 1 (the batch's leaf
-    range), 40 bytes each; `have[i]` is 1 where the batch computed node lo + i
-    (the parents reaching past the batch's last block are not known yet; their
-    bytes are zero). `outside` are the parents joining the batch to older roots
-    (indices < lo).
+    `buf` holds the nodes with indices lo .. lo + width - 1 (the batch's leaf
+    range), 40 bytes each, zero where the batch computed no node (`have`).
+    `outside` are the parents joining the batch to older roots (indices < lo).
     """
 
     lo: int
     buf: bytes
-    have: bytearray
     outside: list[Node]
     roots: list[Node]
     sizes: list[int]  # of the batch's blocks
+
+    @property
+    def have(self) -> bytearray:
+        """1 for each node of the range the batch computed, 0 for the parents reaching past its last block.
+
+        A node of the range is computed exactly when its span ends at or before
+        the batch's last leaf (older roots are complete, so nothing else is
+        missing). Derived, not kept: only a replay writing the range in runs
+        needs it, an append writes the range whole.
+        """
+        width = len(self.buf) // NODE.size
+        out = bytearray(width)
+        lo, last = self.lo, self.lo + width - 1  # the batch's first and last leaf nodes
+        d = 0
+        while 1 << d <= width:
+            step, half = 1 << (d + 1), (1 << d) - 1  # depth d: indices half mod step, spans j - half .. j + half
+            count = len(range(lo + (half - lo) % step, last - half + 1, step))
+            if count:
+                first = (half - lo) % step
+                out[first : first + (count - 1) * step + 1 : step] = b"\x01" * count
+            d += 1
+        return out
 
 
 def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list[int] | None = None) -> Fold:
@@ -154,8 +178,6 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
     # (hash, size) of each node of the range, zero where the batch computes none
     fields: list[bytes | int] = [_ZERO_HASH, 0] * width
     fields[0::4], fields[1::4] = hashes, sizes  # the leaves, every other node of the range
-    have = bytearray(width)
-    have[0::2] = b"\x01" * n
     d, a = 0, start  # level and offset (among nodes of that depth) of hashes[0]
     while hashes:
         if a & 1:  # the left sibling of the level's first node is an old root
@@ -179,11 +201,10 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
         count = len(hashes) - k
         if count:
             pos = i - lo
-            have[pos : pos + (count - 1) * step + 1 : step] = b"\x01" * count
             stop = 2 * (pos + (count - 1) * step) + 1
             fields[2 * pos : stop : 2 * step], fields[2 * pos + 1 : stop + 1 : 2 * step] = hashes[k:], sizes[k:]
     out_roots = sorted([*kept.values(), *new_roots], key=lambda r: r.index)
-    return Fold(lo, _pack_nodes(fields), have, outside, out_roots, leaf_sizes)
+    return Fold(lo, _pack_nodes(fields), outside, out_roots, leaf_sizes)
 
 
 def _pack_nodes(fields: list[bytes | int]) -> bytes:

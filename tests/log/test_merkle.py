@@ -95,3 +95,14 @@ def test_fold_packs_exactly_the_nodes_append_leaves_creates(blocks: list[bytes],
         assert got == {c.index: c for c in created}
         assert f.roots == expected_roots and all(o.index < f.lo for o in f.outside)
         roots, start = expected_roots, start + len(batch)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=0, max_value=3000), st.integers(min_value=1, max_value=700))
+def test_fold_have_marks_exactly_the_range_nodes_a_wide_batch_computes(start: int, n: int) -> None:
+    # `have` is derived from the range alone (a replay writes the range in its runs): deep levels too
+    _, roots = merkle.append_leaves([], 0, [b"o"] * start)
+    created, _ = merkle.append_leaves(roots, start, [b"n"] * n)
+    f = merkle.fold(roots, start, [b"n"] * n)
+    assert {f.lo + k for k, h in enumerate(f.have) if h} == {c.index for c in created if c.index >= f.lo}
+    assert {o.index for o in f.outside} == {c.index for c in created if c.index < f.lo}
