@@ -526,10 +526,11 @@ class Core:
         size = storage.NODE.size
         for node in folded.outside:  # parents joining the batch to older roots
             os.pwrite(self._tree, storage.NODE.pack(node.hash, node.size), node.index * size)
-        have, buf, lo = folded.have, memoryview(folded.buf), folded.lo
+        buf, lo = memoryview(folded.buf), folded.lo
         if newest:
             os.pwrite(self._tree, buf, lo * size)
             return
+        have = folded.have  # derived on demand (merkle.Fold.have): only a replay asks
         i = 0
         while i < len(have):
             j = have.find(0, i)
