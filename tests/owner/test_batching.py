@@ -7,13 +7,16 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from feedlog.delta.committer import commit_path
-from feedlog.delta.managed import COMMITS_DIR, OWNER_ENV, Auth, Binding, ManagedCommitter, TableRef
+from feedlog.delta.committer import Committed, commit_path
+from feedlog.delta.managed import COMMITS_DIR, OWNER_ENV, Auth, Binding, ManagedCommitter, TableRef, resolve_owner
 from feedlog.delta.managed.batching import Backfiller, Group
-from feedlog.delta.managed.sqlite import LocalOwner
+from feedlog.delta.managed.database import Tx
+from feedlog.delta.managed.sqlite import LocalOwner, SqliteDatabase
+from feedlog.delta.storage import Storage
 from feedlog.delta.table import DeltaTable
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
 
@@ -153,3 +156,88 @@ def test_a_backfill_overtaken_by_another_between_its_two_reads_carries_on(
     assert [(log / commit_path(v).rsplit("/", 1)[1]).exists() for v in range(1, 6)] == [True] * 5
     assert sorted(t.to_arrow().column("id").to_pylist()) == list(range(5))
     api.close()
+
+
+def test_a_request_for_a_taken_version_is_answered_without_reading_its_staged_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Most requests on a contended table lost their race before they were sent: the owner answers
+    them (Conflict with the winners, or Repeat) from its database alone, and reads the staged file
+    only of a request it may ratify."""
+    db = tmp_path / "owner.db"
+    monkeypatch.setenv(OWNER_ENV, str(db))
+    t1 = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.feedlog(db=str(db), batch_size=100))
+    api = resolve_owner(Binding.feedlog(db=str(db)))
+    assert isinstance(api, LocalOwner)
+    real_staged, read = api._staged, list[int]()
+
+    def staged(storage: Storage, version: int, name: str, ict: int, table_id: str, install: bool = False) -> Any:
+        read.append(version)
+        return real_staged(storage, version, name, ict, table_id, install)
+
+    monkeypatch.setattr(api, "_staged", staged)
+    t2 = DeltaTable.open(tmp_path / "t", owner_token=t1.owner_token)
+    late = t2.transaction()  # read version 0
+    late.set_txn("late", 0)
+    t1.append(batch([1]))  # takes version 1
+    result = late.commit()  # loses version 1, rebases, takes 2
+    assert (result.version, result.attempts) == (2, 2)
+    assert read == [1, 2]  # the request for the taken version 1 was not read
+    ref = TableRef(t1.snapshot().metadata.id, str(tmp_path / "t"))
+    winners = api.get_commits(ref, 1).commits
+    # a repeated request (its first answer lost) is still recognised without reading
+    assert api.commit(ref, 2, winners[1].file, winners[1].ict, Auth(t1.owner_token)) == Committed(2)
+    assert read == [1, 2]
+    assert sorted(DeltaTable.open(tmp_path / "t").to_arrow().column("id").to_pylist()) == [1]
+
+
+def test_only_bookkeeping_writes_skip_the_fsync(tmp_path: Path) -> None:
+    """A ratification is fsynced before it is answered (synchronous=FULL); forgetting backfilled
+    commits may skip it, on the same connection, and the next ratification is FULL again, even after
+    a failed bookkeeping write."""
+    database = SqliteDatabase(str(tmp_path / "owner.db"))
+    database.setup()
+
+    def level(tx: Tx) -> int:
+        return int(tx.rows("PRAGMA synchronous")[0][0])
+
+    with database.transaction(["k"]) as tx:
+        assert level(tx) == 2  # FULL
+    with database.transaction(["k"], durable=False) as tx:
+        assert level(tx) == 1  # NORMAL: in WAL mode the commit is not fsynced
+    with database.transaction(["k"]) as tx:
+        assert level(tx) == 2
+    with pytest.raises(Unavailable), database.transaction(["k"], durable=False) as tx:
+        tx.execute("INSERT INTO no_such_table VALUES (1)")
+    with database.transaction(["k"]) as tx:
+        assert level(tx) == 2
+    database.close()
+
+
+def test_a_forget_lost_in_a_crash_is_done_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record of a backfill is written without an fsync: a crash may lose it after the staged
+    files were cleaned up. The owner then still tracks commits whose `_delta_log/<v>.json` exists;
+    readers read them from the log, and the next backfill forgets them again."""
+    db = tmp_path / "owner.db"
+    monkeypatch.setenv(OWNER_ENV, str(db))
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, owner=Binding.feedlog(db=str(db), batch_size=100))
+    for i in range(3):
+        t.append(batch([i]))
+    api = resolve_owner(Binding.feedlog(db=str(db)))
+    assert isinstance(api, LocalOwner)
+    tid = t.snapshot().metadata.id
+    tracked = api._read("SELECT table_id, version, file, ict, ratified_ms FROM commits", ())
+    assert [r[1] for r in tracked] == [1, 2, 3]
+    assert t.backfill() == 3
+    assert not (tmp_path / "t" / COMMITS_DIR).exists() or not list((tmp_path / "t" / COMMITS_DIR).iterdir())
+    with api._write(tid) as tx:  # what the lost write leaves: the rows as before it, staged files gone
+        for row in tracked:
+            tx.execute("INSERT INTO commits VALUES (?, ?, ?, ?, ?)", row)
+        tx.execute("UPDATE tables SET backfilled = 0 WHERE id = ?", (tid,))
+    reader = DeltaTable.open(tmp_path / "t")
+    assert reader.version() == 3
+    assert sorted(reader.to_arrow().column("id").to_pylist()) == [0, 1, 2]
+    assert api.backfill_all() == {tid: 3}
+    assert api._read("SELECT COUNT(*) FROM commits", ()) == [(0,)]
+    t.append(batch([3]))
+    assert sorted(DeltaTable.open(tmp_path / "t").to_arrow().column("id").to_pylist()) == [0, 1, 2, 3]

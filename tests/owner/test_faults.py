@@ -145,7 +145,9 @@ def test_owner_killed_between_ratifying_and_answering(
     out, _ = w.communicate(timeout=120)
     assert owner.wait(30) == EXIT_CODE
     assert w.returncode != 0 and out.split() == ["1", "2"]
-    assert deltalake_version(tmp_path / "t") == 2  # version 3 is ratified, not yet backfilled
+    # version 3 is ratified, not yet backfilled; 1 and 2 are copied in the background, so on a
+    # loaded machine 2 (or 1) may still be waiting for it when the owner dies
+    assert deltalake_version(tmp_path / "t") < 3
     owner = owner_process(state, tmp_path, port)  # restart: it backfills what it ratified first
     try:
         assert deltalake_version(tmp_path / "t") == 3

@@ -9,7 +9,10 @@ one under a running statement, and turns the engine's errors into `Unavailable`.
 
 A write is `transaction(keys)`: the engine makes it exclusive against every
 other write naming one of the same keys (a table id, a table path), in this
-process and in every other process sharing the database.
+process and in every other process sharing the database. It is durable when it
+returns, unless asked with `durable=False`: then a crash may lose it (never
+tear it), and the next durable write makes it durable too (both engines write
+one log in order). Only bookkeeping that can be redone may ask for that.
 """
 
 from __future__ import annotations
@@ -98,8 +101,8 @@ class Database:
         return sql
 
     @contextmanager
-    def _exclusive(self, tx: Tx, keys: Sequence[str]) -> Iterator[None]:
-        """Begin a transaction that excludes every other one naming one of `keys`."""
+    def _exclusive(self, tx: Tx, keys: Sequence[str], durable: bool) -> Iterator[None]:
+        """Begin a transaction that excludes every other one naming one of `keys` (durable: see above)."""
         raise NotImplementedError
         yield
 
@@ -151,9 +154,9 @@ class Database:
                 self._idle.notify_all()
 
     @contextmanager
-    def transaction(self, keys: Sequence[str]) -> Iterator[Tx]:
+    def transaction(self, keys: Sequence[str], *, durable: bool = True) -> Iterator[Tx]:
         """One write transaction, exclusive against every other one naming one of `keys`."""
-        with self.using() as tx, self._exclusive(tx, keys):
+        with self.using() as tx, self._exclusive(tx, keys, durable):
             yield tx
 
     def read(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:

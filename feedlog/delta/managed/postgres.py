@@ -209,12 +209,14 @@ class PostgresDatabase(Database):
         return not isinstance(conn, PgConnection) or conn.broken
 
     @contextmanager
-    def _exclusive(self, tx: Tx, keys: Sequence[str]) -> Iterator[None]:
+    def _exclusive(self, tx: Tx, keys: Sequence[str], durable: bool) -> Iterator[None]:
         conn = tx.conn
         assert isinstance(conn, PgConnection)
         # one round trip: BEGIN and the locks as one simple query, the keys quoted by libpq, in
         # one order everywhere so that two writers cannot deadlock
         locks = [b"SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))" % conn.literal(k) for k in sorted(set(keys))]
+        if not durable:  # an asynchronous commit: WAL order makes the next synchronous one flush it
+            locks.append(b"SET LOCAL synchronous_commit TO off")
         try:
             conn.simple(b"; ".join([b"BEGIN", *locks]))
         except psycopg.Error as e:
