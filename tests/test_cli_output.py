@@ -405,6 +405,13 @@ def test_the_table_commands_name_the_owner_variables_delta_reads() -> None:
     assert (table_cmds.OWNER_ENV, table_cmds.TOKEN_ENV) == (managed.OWNER_ENV, managed.TOKEN_ENV)
 
 
+def length_of(feed: str) -> int:
+    from feedlog.log.feed import Feed
+
+    with Feed.open(feed, writable=False) as f:
+        return f.length
+
+
 def test_on_a_terminal_the_interruption_starts_its_own_line_after_the_bar(feed: str) -> None:
     import fcntl
     import pty
@@ -438,7 +445,12 @@ def test_on_a_terminal_the_interruption_starts_its_own_line_after_the_bar(feed: 
     try:
         p.stdin.write(lines_of(1000).encode())
         p.stdin.flush()
-        read_for(3)  # past the bar's 2 s delay: the next batch draws it
+        # the first 1,000 landed (a loaded machine may take seconds just to start the command), then
+        # past the bar's 2 s delay: the next batch draws it
+        deadline = time.monotonic() + 120
+        while length_of(feed) < 4 + 1000 and time.monotonic() < deadline:  # header + 3 + 1,000
+            read_for(0.2)
+        read_for(2.5)
         p.stdin.write(lines_of(100, 1000).encode())
         p.stdin.flush()
         deadline = time.monotonic() + 60
