@@ -6,6 +6,12 @@ batch, done directly with the same libraries and no feed logic at all.
 
     python tools/bench/bench_feed.py                 # the issue's sizes
     python tools/bench/bench_feed.py --quick         # 10x smaller, for a smoke run
+    python tools/bench/bench_feed.py --only append --rounds 100   # steadier ratios on a shared machine
+
+With the default 5 rounds each side of a pair runs for a fraction of a second, long
+enough for a loaded machine's fsync latency and CPU share to change between them
+(batch-100 ratios of 0.5 to 1.4 in one hour, issue 17); 100 rounds pair the two every
+1 to 10 batches.
 """
 
 from __future__ import annotations
