@@ -11,7 +11,7 @@ batch, done directly with the same libraries and no feed logic at all.
 With the default 5 rounds each side of a pair runs for a fraction of a second, long
 enough for a loaded machine's fsync latency and CPU share to change between them
 (batch-100 ratios of 0.5 to 1.4 in one hour, issue 17); 100 rounds pair the two every
-1 to 10 batches.
+1 (batch 1,000) or 10 (batch 100) batches.
 """
 
 from __future__ import annotations
