@@ -38,11 +38,7 @@ def land(
 ) -> CommitResult | None:
     """Read the feeds `read_options` name (the `feedlog` source's options) and append their rows to
     `table` (the `feedlog-delta` sink's options): the commit made, or None if there was nothing new."""
-    reader = FeedBatchReader(read_options)
-    parts = list(reader.partitions())
-    config = SinkConfig.prepare(
-        {**write_options, "path": table}, from_arrow_schema(SCHEMA), overwrite=False, streaming=False
-    )
+    reader, parts, config = _prepare(read_options, table, write_options)
     if not parts:
         return None
     task = functools.partial(_write_partition, reader.feeds, config)
@@ -69,11 +65,7 @@ def land_here(
     files no commit holds (as Spark's abort does); a process killed outright before its commit leaves
     its files unreferenced, as a killed Spark driver does: no reader sees them. `tasks`: told
     (done, total) as each task ends."""
-    reader = FeedBatchReader(read_options)
-    parts = list(reader.partitions())
-    config = SinkConfig.prepare(
-        {**write_options, "path": table}, from_arrow_schema(SCHEMA), overwrite=False, streaming=False
-    )
+    reader, parts, config = _prepare(read_options, table, write_options)
     if not parts:
         return None
     written: list[FilesWritten] = []
@@ -86,6 +78,18 @@ def land_here(
     except BaseException:
         config.abort(written)  # keeps any file a commit (or a staged one the owner may ratify) holds
         raise
+
+
+def _prepare(
+    read_options: Mapping[str, str], table: str, write_options: Mapping[str, str]
+) -> tuple[FeedBatchReader, list[FeedPartition], SinkConfig]:
+    """The reader, its tasks and the sink's checked configuration (the table created if missing)."""
+    reader = FeedBatchReader(read_options)
+    parts = list(reader.partitions())
+    config = SinkConfig.prepare(
+        {**write_options, "path": table}, from_arrow_schema(SCHEMA), overwrite=False, streaming=False
+    )
+    return reader, parts, config
 
 
 def _write_partition(feeds: list[SourceFeed], config: SinkConfig, part: FeedPartition) -> FilesWritten | FeedlogError:
