@@ -91,7 +91,8 @@ def generated_token(data: Path) -> tuple[Path, str]:
         if path.stat().st_mode & 0o077:
             event("token_file_readable", file=str(path), mode=oct(path.stat().st_mode & 0o777))
         return path, check_token(text)
-    token = secrets.token_urlsafe(32)
+    while (token := secrets.token_urlsafe(32)).startswith("-"):  # `--token -x...` reads as an option
+        pass
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
         f.flush()

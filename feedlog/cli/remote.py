@@ -27,7 +27,11 @@ def tls_args(p: argparse.ArgumentParser, write: bool = False) -> None:
     if write:
         g = p.add_argument_group("write credentials (remote targets; or a client certificate above)")
         g.add_argument("--token-file", metavar="FILE", help=f"the peer's write token (default: ${TOKEN_ENV}, if set)")
-        g.add_argument("--token", help="the token itself (visible to other users in ps: prefer --token-file)")
+        g.add_argument(
+            "--token",
+            help="the token itself (visible to other users in ps: prefer --token-file; one starting with '-' "
+            "goes as --token=TOKEN)",
+        )
 
 
 def tls_of(ns: argparse.Namespace) -> Tls | None:

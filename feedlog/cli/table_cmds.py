@@ -94,7 +94,11 @@ def token_args(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=f"a file holding a managed table's owner token (default: ${TOKEN_ENV}, else <TABLE>/{TOKEN_FILE})",
     )
-    g.add_argument("--token", help="the token itself (visible to other users in ps: prefer --token-file)")
+    g.add_argument(
+        "--token",
+        help="the token itself (visible to other users in ps: prefer --token-file; one starting with '-' goes "
+        "as --token=TOKEN)",
+    )
 
 
 def token_of(ns: argparse.Namespace, table: str | None = None) -> str | None:

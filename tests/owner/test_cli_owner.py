@@ -120,7 +120,7 @@ def test_create_writes_the_token_to_a_private_file_and_never_prints_it(
         )
         assert code == 0 and not err
         code, _, err = run(capsys, "table", "backfill", path, "--owner", server.endpoint, "--token", token)
-        assert code == 0 and "warning: --token is visible" in err
+        assert code == 0 and "warning: --token is visible" in err, err
         code, _, err = run(capsys, "table", "backfill", path, "--token", token, "--token-file", str(tmp_path / "tok"))
         assert code == 2  # one or the other
 
@@ -132,3 +132,11 @@ def test_a_failed_create_leaves_no_token_file(tmp_path: Path, capsys: pytest.Cap
         code, _, err = run(capsys, "table", "create", str(path), "--schema", "id:long", "--owner", server.endpoint)
     assert code == 7 and "outside" in err
     assert not (path / "_feedlog" / "owner-token").exists()
+
+
+def test_generated_tokens_never_start_with_a_dash() -> None:
+    """`--token -x...` is an option to argparse: one generated token in 64 used to start with '-',
+    and `table backfill --token TOKEN` then failed with a usage error (seen in CI)."""
+    from feedlog.delta.managed import new_token
+
+    assert not any(new_token().startswith("-") for _ in range(5000))

@@ -368,4 +368,8 @@ def default_token() -> str | None:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(24)
+    """192 random bits, URL-safe, never starting with '-': a command line would take `--token -x...`
+    for an option (one token in 64 did, and `table backfill --token` failed with a usage error)."""
+    while (token := secrets.token_urlsafe(24)).startswith("-"):
+        pass
+    return token
