@@ -601,14 +601,7 @@ def _column_mismatches(
     if content_type == ENTRY:
         # canonical blocks (feedlog's own) are proved by their bytes alone; the rest are parsed a batch
         # at a time; only rows still in doubt are decoded one by one, which names the column
-        sus = entry_check.suspects(
-            rows.column("block"),
-            rows.column("key"),
-            rows.column("value"),
-            rows.column("deleted"),
-            rows.column("timestamp").cast(pa.int64()),
-            rows.column("expires_at").cast(pa.int64()),
-        )
+        sus = entry_check.suspect_rows(rows)
         stat = rows.column("stat")
         if stat.null_count < len(stat):  # an entry feed has no stat
             sus |= np.asarray(stat.is_valid().to_numpy(zero_copy_only=False), dtype=bool)

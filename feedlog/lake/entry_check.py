@@ -29,6 +29,18 @@ _KEY, _VALUE, _DELETED, _TRIE, _TIMESTAMP, _EXPIRES = 0x0A, 0x12, 0x18, 0x22, 0x
 _VARINT_MAX = 10
 
 
+def suspect_rows(rows: pa.RecordBatch | pa.Table) -> Bools:
+    """`suspects` of feed rows (`rows.SCHEMA`'s columns; timestamps as stored, microseconds)."""
+    return suspects(
+        rows.column("block"),
+        rows.column("key"),
+        rows.column("value"),
+        rows.column("deleted"),
+        rows.column("timestamp").cast(pa.int64()),
+        rows.column("expires_at").cast(pa.int64()),
+    )
+
+
 def suspects(
     block: pa.Array, key: pa.Array, value: pa.Array, deleted: pa.Array, timestamp: pa.Array, expires_at: pa.Array
 ) -> Bools:

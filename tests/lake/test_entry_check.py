@@ -133,12 +133,5 @@ def test_canonical_rows_are_proved_by_their_bytes_alone() -> None:
     ]
     rows = rows_of(blocks, random.Random(0)).slice(0, 300)
     clean = [i for i in range(300) if not _differs(ENTRY, i + 1, blocks[i], _decoded_columns(rows), i)]
-    sus = entry_check.suspects(
-        rows.column("block"),
-        rows.column("key"),
-        rows.column("value"),
-        rows.column("deleted"),
-        rows.column("timestamp").cast(pa.int64()),
-        rows.column("expires_at").cast(pa.int64()),
-    )
+    sus = entry_check.suspect_rows(rows)
     assert len(clean) > 200 and not sus[clean].any()
