@@ -5,7 +5,8 @@ reconnect resumes where it stopped), stores each signed batch only once it
 verifies, and wakes local subscribers, which makes multi-hop replication
 (A -> B -> C) work with no extra code. A bad batch is rejected with an event
 naming the peer and the blocks; verified data stays, and the follower retries
-with capped exponential backoff.
+with capped exponential backoff, waiting at least `REJECTED_BACKOFF` after a
+peer sent what does not verify (each retry costs a stream of the peer's choosing).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from feedlog.rpc import Address, Tls
 
 from .events import event
 from .host import FeedHost, HostedFeed
+
+#: the shortest wait, in seconds, before reconnecting to a peer that sent blocks that do not verify: a hostile
+#: upstream re-floods on every reconnect, so it gets one attempt a second at most, not ten
+REJECTED_BACKOFF = 1.0
 
 
 class Follower:
@@ -70,7 +75,7 @@ class Follower:
             return 0 if hf is None else hf.feed.length
 
         while not self._stop.is_set():
-            progressed = False
+            progressed = rejected = False
 
             def stored(hosted: HostedFeed, length: int) -> None:
                 nonlocal progressed
@@ -95,6 +100,7 @@ class Follower:
             except Corruption as e:
                 self.rejections += 1
                 self.last_error = str(e)
+                rejected = True
                 event("follow_rejected", logging.WARNING, peer=peer, feed=feed, kept_length=length(), error=str(e))
             except FeedlogError as e:
                 self.last_error = str(e)
@@ -107,6 +113,8 @@ class Follower:
                     self._sub = None
             if progressed:
                 backoff = 0.1
+            if rejected:  # even after verified blocks: the next attempt may be the same flood
+                backoff = max(backoff, REJECTED_BACKOFF)
             if self._stop.wait(backoff):
                 break
             backoff = min(backoff * 2, self.max_backoff)
