@@ -9,6 +9,11 @@ worker of a job stands at one step (e.g. Spark executors with their files writte
 variable is read the first time any point is passed (or when `arm` is called),
 never at import. Unarmed, a point costs one dict lookup. Tests use it to kill
 real writer and owner processes at exact steps of a commit or a backfill.
+
+`FEEDLOG_FAILPOINTS=@PATH` takes the spec from the file PATH instead, read again
+whenever it is replaced (`arm_file`; each replacement resets every count; no file:
+no points): a test arms points per job in processes that outlive it, such as the
+Python workers of a long-lived Spark session, which all inherit one environment.
 """
 
 from __future__ import annotations
@@ -40,20 +45,62 @@ def _parse(text: str) -> dict[str, tuple[str, int]]:
 _points: dict[str, tuple[str, int]] | None = None  # None: not read yet
 _hits: dict[str, int] = {}
 _lock = threading.Lock()
+_source: str | None = None  # the file of an `@PATH` spec
+_seen: tuple[int, int, int] | None = None  # that file's (inode, mtime_ns, size) when last read; None: no file
 
 
 def arm(spec: str | None = None) -> None:
     """Arm the points `spec` names (default: $FEEDLOG_FAILPOINTS), resetting every count."""
-    global _points
-    parsed = _parse(os.environ.get(ENV, "") if spec is None else spec)
+    global _points, _source, _seen
+    text = os.environ.get(ENV, "") if spec is None else spec
+    source = text[1:] if text.startswith("@") else None
+    parsed, seen = _read(source) if source else (_parse(text), None)
     with _lock:
-        _points = parsed
+        _points, _source, _seen = parsed, source, seen
         _hits.clear()
+
+
+def arm_file(path: str | os.PathLike[str], spec: str) -> None:
+    """Arm `spec` in every process whose $FEEDLOG_FAILPOINTS is `@path`, from the next point each passes
+    (`spec` "" disarms). The file is replaced, never rewritten: a reader sees the old spec or the new."""
+    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(spec)
+    os.replace(tmp, path)
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read(path: str) -> tuple[dict[str, tuple[str, int]], tuple[int, int, int] | None]:
+    try:
+        with open(path) as f:
+            return _parse(f.read()), _stamp(os.fstat(f.fileno()))
+    except FileNotFoundError:
+        return {}, None
+
+
+def _reread() -> None:
+    """Re-arm from the `@PATH` file when it changed since it was read."""
+    global _points, _seen
+    assert _source is not None
+    try:
+        now: tuple[int, int, int] | None = _stamp(os.stat(_source))
+    except FileNotFoundError:
+        now = None
+    if now != _seen:
+        parsed, seen = _read(_source)
+        with _lock:
+            _points, _seen = parsed, seen
+            _hits.clear()
 
 
 def point(name: str) -> None:
     if _points is None:
         arm()
+    if _source is not None:
+        _reread()
     assert _points is not None
     if not _points or name not in _points:
         return

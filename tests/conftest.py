@@ -1,17 +1,22 @@
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import json
 import os
 import sys
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
 import pytest
+
+from feedlog import failpoints
 
 # moto's S3 server on loopback, one process for the whole run (tests/delta/s3.py): the fixture `s3_server`
 from tests.delta.s3 import s3_server_fixture  # noqa: F401
@@ -49,36 +54,54 @@ def hyperdb_vectors() -> Any:
 
 
 _SPARK: list[Any] = []
+#: the fail-point file of the shared Spark session's JVM and Python workers (`spark_failpoints`)
+_SPARK_POINTS = Path(tempfile.gettempdir()) / f"feedlog-spark-points-{os.getpid()}"
 
 
 def _start_spark() -> Any:
     if not _SPARK:
         from feedlog.lake import spark_session
 
-        s = spark_session("local[2]", "feedlog-tests")
+        # the JVM and every Python worker it starts read their fail points from the file; this process
+        # and the processes tests start do not
+        atexit.register(lambda: _SPARK_POINTS.unlink(missing_ok=True))
+        os.environ[failpoints.ENV] = f"@{_SPARK_POINTS}"
+        try:
+            s = spark_session("local[2]", "feedlog-tests")
+        finally:
+            del os.environ[failpoints.ENV]
         s.sparkContext.setLogLevel("ERROR")
         _SPARK.append(s)
     return _SPARK[0]
 
 
-#: the tests that take minutes, by name
+@pytest.fixture
+def spark_failpoints(spark: Any) -> Iterator[Callable[[str], None]]:
+    """Arms fail points in the shared session's workers for the jobs that follow (`arm("sink.x=exit")`);
+    disarmed when the test ends."""
+    yield functools.partial(failpoints.arm_file, _SPARK_POINTS)
+    failpoints.arm_file(_SPARK_POINTS, "")
+
+
+#: the tests that take longest (20-90 s), by name, longest first
 LONGEST = (
-    "test_ingest_on_a_cluster_into_s3",
     "test_readme_runs_as_written",
-    "test_a_job_killed_mid_batch",
+    "test_ingest_on_a_cluster_into_s3",
+    "test_the_demo_command_tells_its_story",
 )
 
 
-def _cost(item: pytest.Item) -> int:
-    """A rough rank of how long a test runs: the minutes-long ones, other real Spark jobs, other slow
-    tests, then the rest."""
+def _cost(item: pytest.Item) -> tuple[int, int]:
+    """A rough rank of how long a test runs: the longest (in LONGEST's order), other real Spark jobs,
+    other slow tests, then the rest."""
     if item.get_closest_marker("slow") is None:
-        return 3
-    # the three that take minutes (the cluster kills, the README run block by block, the killed batch):
-    # first, so that they run side by side on different workers instead of one starting last
-    if item.name.startswith(LONGEST):
-        return 0
-    return 1 if "/lake/" in str(item.path) else 2
+        return (3, 0)
+    # the end-to-end runs (the README block by block, the cluster kills, the demo) first, so that none
+    # of them starts last while the other worker has nothing left to do
+    for i, name in enumerate(LONGEST):
+        if item.name.startswith(name):
+            return (0, i)
+    return (1 if "/lake/" in str(item.path) else 2, 0)
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a run that keeps a Spark test starts one

@@ -16,7 +16,7 @@ import pytest
 
 from feedlog import failpoints
 from feedlog.delta import DeltaTable
-from feedlog.errors import Corruption
+from feedlog.errors import Corruption, FeedlogError
 from feedlog.lake.audit import audit_table
 from feedlog.lake.expire import expire
 from feedlog.lake.ingest import ingest_batch, ingest_stream
@@ -267,32 +267,32 @@ def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: Own
     assert audit_table(str(table), [KEY_A.public_key, KEY_B.public_key]).ok
 
 
-def test_a_job_killed_mid_batch_lands_every_entry_once_on_rerun(tmp_path: Path) -> None:
+def test_a_job_killed_mid_batch_lands_every_entry_once_on_rerun(spark, spark_failpoints, tmp_path: Path) -> None:
     """The committing worker dies before its commit, then (next run) right after it; each rerun
     lands what is missing, exactly once. The last rerun lands without Spark: either kind of job
-    picks up where the other stopped."""
+    picks up where the other stopped. (The jobs run on the suite's session, fail points armed per
+    job; the cluster test kills the same worker under `feedlog ingest`, and test_cli_lake checks
+    what the command prints when a job fails.)"""
     feed = make_feed(tmp_path / "feed", 500, batch=100)
     table = tmp_path / "table"
+    source = [str(tmp_path / "feed")]
 
-    def run(crash: str | None) -> subprocess.CompletedProcess[str]:
-        env = {"FEEDLOG_FAILPOINTS": f"{crash}=exit"} if crash else {}
-        engine = ("--engine", "spark") if crash else ()
-        job = feedlog_cli("ingest", str(tmp_path / "feed"), str(table), *engine, env=env)
-        out, err = job.communicate(timeout=300)
-        return subprocess.CompletedProcess(job.args, job.returncode, out, err)
-
-    died = run("sink.before_commit")  # files written by executors, never committed
-    assert died.returncode != 0 and "Traceback" not in died.stderr.split("feedlog: error:")[-1]
+    spark_failpoints("sink.before_commit=exit")  # files written by executors, never committed
+    with pytest.raises(FeedlogError, match=r"^the Spark job failed") as died:
+        ingest_batch(spark, source, str(table), progress=quiet)
+    assert "Traceback" not in str(died.value)
     assert seqs(table) == []
     assert not list(table.glob("*.parquet"))  # the aborted job's files are gone
-    died = run("sink.committed")  # committed, then the job failed: Spark aborts, the files must stay
-    assert died.returncode != 0
+    spark_failpoints("sink.committed=exit")  # committed, then the job failed: Spark aborts, the files must stay
+    with pytest.raises(FeedlogError, match=r"^the Spark job failed"):
+        ingest_batch(spark, source, str(table), progress=quiet)
     assert seqs(table) == list(range(1, 501))
+    spark_failpoints("")
     append(feed, 50)
     feed.close()
-    rerun = run(None)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert "seqs 501..550, 50 new" in rerun.stdout and "without Spark" in rerun.stdout
+    said: list[str] = []
+    rerun = ingest_batch(None, source, str(table), progress=said.append)
+    assert rerun.rows == 50 and any("seqs 501..550, 50 new" in line for line in said), said
     assert seqs(table) == list(range(1, 551))
     assert audit_table(str(table), [KEY_A.public_key]).ok
 
