@@ -219,7 +219,9 @@ def _tour(
         "expired rows become tombstones that keep their leaf hash, so the audit still verifies.",
     )
     feed.close()
-    res = expire(spark, str(table), now_ms=clock.now_ms() + 3_600_000, owner=owner.endpoint, clock=clock)
+    res = expire(
+        spark, str(table), now_ms=clock.now_ms() + 3_600_000, owner=owner.endpoint, clock=clock, engine="spark"
+    )
     tour.say(
         f"version {res.version}: {res.rows_cleared:,} rows cleared (the 5,000 readings and the session token)"
         f" in {res.files_rewritten} rewritten files"

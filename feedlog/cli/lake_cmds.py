@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
 from .args import Subcommands, storage_option_args, storage_options_of
-from .fmt import Progress, emit, fmt_ts, progress_wanted
+from .fmt import Progress, emit, fmt_ts, plural, progress_wanted
 from .table_cmds import token_args, token_of
 
 if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
@@ -214,6 +214,8 @@ def cmd_expire(ns: argparse.Namespace) -> None:
     every = parse_duration(ns.every) / 1000 if ns.every else None
     if ns.rounds is not None and ns.rounds < 1:
         raise InvalidArgument("--rounds must be >= 1")
+    if ns.engine == "local" and ns.master:
+        raise InvalidArgument("--master is for --engine spark")
     with contextlib.ExitStack() as stack:
         started: list[SparkSession] = []
 
@@ -234,13 +236,21 @@ def _expire_rounds(
 
     rounds, token = 0, token_of(ns)
     while True:
+        engine = "spark" if ns.master and ns.engine == "auto" else ns.engine
         with spark_job():
-            r = expire(session, ns.table, token=token, owner=ns.owner, storage_options=options)
+            r = expire(session, ns.table, token=token, owner=ns.owner, storage_options=options, engine=engine)
         rounds += 1
+        where = " (without Spark; --engine spark runs it as a Spark job)" if r.engine == "local" else ""
         emit(
             ns,
-            {"version": r.version, "files_rewritten": r.files_rewritten, "rows_cleared": r.rows_cleared},
-            f"version {r.version}: {r.rows_cleared} expired rows cleared in {r.files_rewritten} rewritten files"
+            {
+                "version": r.version,
+                "files_rewritten": r.files_rewritten,
+                "rows_cleared": r.rows_cleared,
+                "engine": r.engine,
+            },
+            f"version {r.version}: {plural(r.rows_cleared, 'expired row')} cleared in "
+            f"{plural(r.files_rewritten, 'rewritten file')}{where}"
             if r.version is not None
             else "nothing expired",
         )
@@ -303,7 +313,7 @@ def register(sub: Subcommands) -> None:
 
     e = sub.add_parser(
         "expire",
-        help="TTL compaction of a feedlog table (a Spark job): expired rows become auditable tombstones",
+        help="TTL compaction of a feedlog table (in process or a Spark job): expired rows become auditable tombstones",
         description="Rewrite the files holding rows past expires_at: each keeps its seq and Merkle leaf hash "
         "but loses value, block and stat; committed through the table's commit owner.",
     )
@@ -318,6 +328,14 @@ def register(sub: Subcommands) -> None:
         "(default: <TABLE>/_feedlog/owner.db and $FEEDLOG_OWNER)",
     )
     storage_option_args(e)
-    e.add_argument("--master", help="Spark master URL (default local[*])")
+    e.add_argument(
+        "--engine",
+        choices=("auto", "spark", "local"),
+        default="auto",
+        help="where the files are rewritten: 'spark' (a Spark job), 'local' (this process, no Spark), or 'auto' "
+        "(default): local when the files that may hold expired rows total at most 256 MiB and no --master "
+        "is given, else Spark",
+    )
+    e.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
     e.add_argument("--json", action="store_true")
     e.set_defaults(handler=cmd_expire)

@@ -26,7 +26,7 @@ from feedlog.replication.sync import push
 from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 
-from .conftest import KEY_A, make_feed
+from .conftest import KEY_A, append, make_feed
 from .test_spark import seqs, tampering_peer
 
 pytestmark = pytest.mark.slow
@@ -94,6 +94,30 @@ def test_ingest_then_reruns_with_nothing_to_do_say_so_in_one_line_without_spark(
     expire = feedlog("expire", str(table), *NO_SPARK)  # no row has a TTL: the files' stats say so
     assert (expire.returncode, expire.stdout, expire.stderr) == (0, "nothing expired\n", "")
     assert DeltaTable.open(table).version() == 1
+
+
+def test_expire_of_a_small_table_runs_without_spark_and_says_so(tmp_path: Path) -> None:
+    feed = make_feed(tmp_path / "feed", 0)
+    append(feed, 20, ttl=1)  # expired a millisecond after each was written
+    feed.close()
+    table = tmp_path / "table"
+    assert feedlog("ingest", str(tmp_path / "feed"), str(table)).returncode == 0
+    refused = feedlog("expire", str(table), "--engine", "local", "--master", "local[1]")
+    assert (refused.returncode, one_error_line(refused)) == (2, "--master is for --engine spark")
+    done = feedlog("expire", str(table))
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    assert done.stdout == (
+        "version 2: 20 expired rows cleared in 1 rewritten file"
+        " (without Spark; --engine spark runs it as a Spark job)\n"
+    )
+    # again: the file's stats still say it may hold expired rows, so it is read (here), and nothing is cleared
+    assert json.loads(feedlog("expire", str(table), "--json").stdout) == {
+        "version": None,
+        "files_rewritten": 0,
+        "rows_cleared": 0,
+        "engine": "local",
+    }
+    assert audit_table(str(table), [KEY_A.public_key]).ok
 
 
 def test_a_table_of_another_schema_is_refused_before_spark_naming_the_columns(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from feedlog import failpoints
 from feedlog.delta import DeltaTable
-from feedlog.errors import Corruption, FeedlogError
+from feedlog.errors import Corruption, FeedlogError, InvalidArgument, Unavailable
 from feedlog.lake.audit import audit_table
 from feedlog.lake.expire import expire
 from feedlog.lake.ingest import ingest_batch, ingest_stream
@@ -297,15 +297,16 @@ def test_a_job_killed_mid_batch_lands_every_entry_once_on_rerun(spark, spark_fai
     assert audit_table(str(table), [KEY_A.public_key]).ok
 
 
-def test_ttl_compaction_keeps_the_table_auditable(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["spark", "local"])
+def test_ttl_compaction_keeps_the_table_auditable(spark, tmp_path: Path, engine: str) -> None:
     feed = Feed.create(tmp_path / "feed", key_pair=KEY_A, timestamps="exact")
     feed.append([Write(f"/k{i}", b"x" * 10, ttl_ms=1 if i % 3 == 0 else None) for i in range(90)])
     feed.append([Write(f"/late{i}", b"y") for i in range(10)])
     feed.close()
     table = tmp_path / "table"
     ingest_batch(spark, [str(tmp_path / "feed")], str(table), progress=quiet)
-    r = expire(spark, str(table), now_ms=int(time.time() * 1000) + 10_000)
-    assert (r.files_rewritten, r.rows_cleared) == (1, 30)
+    r = expire(spark, str(table), now_ms=int(time.time() * 1000) + 10_000, engine=engine)
+    assert (r.files_rewritten, r.rows_cleared, r.engine) == (1, 30, engine)
     rows = DeltaTable.open(table).to_arrow().to_pylist()
     cleared = [x for x in rows if x["cleared"]]
     assert len(cleared) == 30 and all(x["value"] is None and x["block"] is None for x in cleared)
@@ -315,11 +316,36 @@ def test_ttl_compaction_keeps_the_table_auditable(spark, tmp_path: Path) -> None
     assert expire(spark, str(table), now_ms=int(time.time() * 1000) + 10_000).rows_cleared == 0
 
 
+def test_ttl_compaction_in_process_that_fails_on_one_file_leaves_no_file_and_no_commit(tmp_path: Path) -> None:
+    """Without Spark the files are rewritten by threads; one failing removes the others' new files."""
+    feed = Feed.create(tmp_path / "feed", key_pair=KEY_A, timestamps="exact")
+    table = tmp_path / "table"
+    for part in range(3):  # three ingests: three data files, each with rows that expire
+        feed.append([Write(f"/k{part}.{i}", b"x", ttl_ms=1 if i % 2 else None) for i in range(10)])
+        ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
+    feed.close()
+    before = sorted(p.name for p in table.glob("*.parquet"))
+    assert len(before) == 3
+    later = int(time.time() * 1000) + 10_000
+    try:
+        failpoints.arm("expire.rewrite=error@2")
+        with pytest.raises(Unavailable, match=r"expire\.rewrite"):
+            expire(None, str(table), now_ms=later)
+    finally:
+        failpoints.arm("")
+    assert sorted(p.name for p in table.glob("*.parquet")) == before
+    assert DeltaTable.open(table).version() == 3
+    r = expire(None, str(table), now_ms=later)  # and the next run does it all, once
+    assert (r.files_rewritten, r.rows_cleared, r.engine) == (3, 15, "local")
+    assert audit_table(str(table), [KEY_A.public_key]).ok
+    with pytest.raises(InvalidArgument, match="needs a Spark session"):
+        expire(None, str(table), engine="spark")
+
+
 def test_ingest_stream_expire_and_audit_on_s3(spark, tmp_path: Path, s3_server: S3Server, capsys) -> None:
     """The whole job on an object store: batch ingest, streaming ingest, TTL compaction and audit of a
     table on moto's S3 server, with the in-process owner whose database is on this machine's disk."""
     from feedlog.cli import main
-    from feedlog.errors import InvalidArgument
 
     feed = Feed.create(tmp_path / "feed", key_pair=KEY_A, timestamps="exact")
     feed.append([Write(f"/k{i}", b"x" * 10, ttl_ms=1 if i % 3 == 0 else None) for i in range(90)])
@@ -353,8 +379,9 @@ def test_ingest_stream_expire_and_audit_on_s3(spark, tmp_path: Path, s3_server: 
     )
     assert s.rows == 10
 
-    e = expire(spark, table, now_ms=int(time.time() * 1000) + 10_000, token="t0k", owner=db, storage_options=opts)
-    assert e.rows_cleared == 30
+    later = int(time.time() * 1000) + 10_000
+    e = expire(spark, table, now_ms=later, token="t0k", owner=db, storage_options=opts, engine="spark")
+    assert (e.rows_cleared, e.engine) == (30, "spark")  # executors rewrite the files in the bucket
     t = DeltaTable.open(table, owner=db, storage_options=opts)
     rows = t.to_arrow().to_pylist()
     assert sorted(x["seq"] for x in rows) == list(range(1, 101))
