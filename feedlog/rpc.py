@@ -84,6 +84,12 @@ class Tls:
             raise errors.InvalidArgument(f"cannot read TLS file: {e}") from None
 
 
+#: what a client's connection takes in ahead of what it has read, per stream: a loopback clone runs as fast
+#: with it as with gRPC's bandwidth-probed window (`python tools/bench/bench_peers.py --replication`: 0.52x
+#: both), and a reader under a flood grows ~70 MB instead of 83-95 (158 MB once, on a loaded machine)
+RECEIVE_WINDOW_BYTES = 256 << 10
+
+
 def channel_options(
     max_message_bytes: int = MAX_MESSAGE_BYTES, max_receive: int | None = None
 ) -> list[tuple[str, int]]:
@@ -93,6 +99,10 @@ def channel_options(
         ("grpc.max_receive_message_length", max_receive or max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
+        # a fixed receive window: gRPC otherwise grows it from measured bandwidth x round trip, and a
+        # loaded machine's slow round trips let a flooding peer park tens of MB more in a reader
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", RECEIVE_WINDOW_BYTES),
     ]
 
 
