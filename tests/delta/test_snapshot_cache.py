@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from feedlog.delta import DeltaTable, LocalStorage
+from feedlog.delta import checkpoint as delta_checkpoint
 from feedlog.delta import log as delta_log
 from feedlog.delta.log import list_log, load_state
 
@@ -112,3 +114,40 @@ def test_a_state_handed_out_is_a_copy(new_table: Callable[..., DeltaTable]) -> N
     for _ in range(2):  # the state read (a miss), then the one extended from the cache (a hit)
         DeltaTable(path).snapshot().state.files.clear()  # a caller changing its state changes nobody else's
         assert cached(path) == fresh(path)
+
+
+def test_a_checkpoints_protocol_and_metadata_are_decoded_once_and_never_served_for_another_table(
+    new_table: Callable[..., DeltaTable], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every listing asks for the table's protocol and metadata; from a checkpoint they are decoded once
+    (~2 ms of Parquet each time otherwise), and a table created again at the same place, with its own
+    checkpoint at the same version, gets its own."""
+    t = new_table()
+    path = t.storage.location
+    t.append(rows(0, 2))
+    t.checkpoint()
+    decoded: list[int] = []
+    decode = delta_checkpoint.decode_parquet
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        decoded.append(1)
+        return decode(*args, **kw)
+
+    def metadata_id() -> str:
+        storage = LocalStorage(path)
+        return delta_log.load_protocol_metadata(storage, list_log(storage))[1].id
+
+    first_id = metadata_id()
+    DeltaTable(path).version()  # the latest state read once (the other cache)
+    monkeypatch.setattr(delta_checkpoint, "decode_parquet", counting)
+    for _ in range(5):
+        assert metadata_id() == first_id
+        DeltaTable(path).version()
+    assert decoded == []
+    monkeypatch.undo()
+    shutil.rmtree(path)
+    other = pa.schema([("x", pa.int64())])
+    u = DeltaTable.create(path, other)
+    u.append(pa.table({"x": [1]}, schema=other))
+    u.checkpoint()
+    assert metadata_id() == u.snapshot().metadata.id != first_id
