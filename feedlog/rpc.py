@@ -14,6 +14,7 @@ failed connection, or a server that does not send it) becomes the code's kind (`
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,15 @@ def open_channel(target: str, tls: Tls | None = None, *, max_receive: int | None
         return grpc.insecure_channel(target, options=options)
     creds = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
     return grpc.secure_channel(target, creds, options=options)
+
+
+def new_token(nbytes: int = 32) -> str:
+    """`nbytes` random bytes as URL-safe text that never starts with '-': a command line would take
+    `--token -x...` for an option (one token in 64 did, and `table backfill --token` failed with a
+    usage error). For peer write tokens and commit-owner table tokens alike."""
+    while (token := secrets.token_urlsafe(nbytes)).startswith("-"):
+        pass
+    return token
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:

@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import os
 import re
-import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from feedlog.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
+from feedlog.rpc import new_token
 
 from .events import event
 
@@ -91,8 +91,7 @@ def generated_token(data: Path) -> tuple[Path, str]:
         if path.stat().st_mode & 0o077:
             event("token_file_readable", file=str(path), mode=oct(path.stat().st_mode & 0o777))
         return path, check_token(text)
-    while (token := secrets.token_urlsafe(32)).startswith("-"):  # `--token -x...` reads as an option
-        pass
+    token = new_token(32)  # never starting with '-': `--token -x...` reads as an option
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
         f.flush()

@@ -106,3 +106,11 @@ def test_typed_fields_survive_pickling() -> None:
     for err in (RAISED["StaleLength"], RAISED["ResourceExhausted"]):
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+
+
+def test_generated_tokens_never_start_with_a_dash() -> None:
+    """Peer write tokens and owner table tokens come from `new_token`; one in 64 random ones starts
+    with '-', which a command line reads as an option (`--token -x...`)."""
+    tokens = [rpc.new_token(32) for _ in range(5000)]
+    assert not any(t.startswith("-") for t in tokens) and len(set(tokens)) == len(tokens)
+    assert len(rpc.new_token(24)) == 32 and len(rpc.new_token(32)) == 43  # base64 of 24 and 32 bytes

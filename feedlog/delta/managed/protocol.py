@@ -35,12 +35,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol as TypingProtocol
 from urllib.parse import parse_qs, urlsplit
 
+from ... import rpc
 from ...errors import Corruption, InvalidArgument, PermissionDenied
 from ...rpc import SCHEME, Address
 from ..actions import MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Metadata, Protocol
@@ -368,8 +368,5 @@ def default_token() -> str | None:
 
 
 def new_token() -> str:
-    """192 random bits, URL-safe, never starting with '-': a command line would take `--token -x...`
-    for an option (one token in 64 did, and `table backfill --token` failed with a usage error)."""
-    while (token := secrets.token_urlsafe(24)).startswith("-"):
-        pass
-    return token
+    """A table's owner token: 192 random bits, URL-safe, never starting with '-' (`rpc.new_token`)."""
+    return rpc.new_token(24)
