@@ -484,3 +484,16 @@ def test_an_interrupted_clone_says_what_it_kept_and_how_to_continue(
     )
     assert _copy_interrupted(Progress("clone", enabled=False), str(tmp_path / "none")) == 130
     assert capsys.readouterr().err == "feedlog: interrupted: nothing copied\n"
+
+
+def test_sizes_read_as_du_si_prints_them() -> None:
+    from feedlog.cli.fmt import fmt_size
+
+    assert [fmt_size(n) for n in (0, 999, 1000, 64 << 10, 1_311_099, 2_100_000_000)] == [
+        "0 B",
+        "999 B",
+        "1.0 kB",
+        "65.5 kB",
+        "1.3 MB",
+        "2.1 GB",
+    ]

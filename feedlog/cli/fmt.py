@@ -59,6 +59,14 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
 
 
+def fmt_size(n: int) -> str:
+    """`812 B`, `64.0 kB`, `1.3 MB`, `2.1 GB` (decimal units, as `ls -h --si` and du --si print them)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} B"
+
+
 def fmt_ts(ms: int | None) -> str:
     """ISO-8601 UTC for humans; untrusted values (1970, far future) print as they are."""
     if ms is None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
 from .args import Subcommands, storage_option_args, storage_options_of
-from .fmt import Progress, emit, fmt_ts, plural, progress_wanted
+from .fmt import Progress, emit, fmt_size, fmt_ts, plural, progress_wanted
 from .table_cmds import token_args, token_of
 
 if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
@@ -102,12 +102,16 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
         emit(ns, {"rows": 0, "seconds": 0.0} if ns.stream else fields, quiet)
         return
     total = sum(p.entries for p in plans)
-    engine = _engine(ns, total)
+    engine = _engine(ns, plans)
     if not ns.stream:
         for line in plan_lines(plans):  # what will land, said while Spark starts
             say(line)
         if engine == "local" and ns.engine == "auto":
-            say(f"landing here without Spark ({total:,} entries; --engine spark runs it as a Spark job)")
+            size = sum(p.bytes for p in plans)
+            say(
+                f"landing here without Spark ({plural(total, 'entry', 'entries')}, ~{fmt_size(size)}; "
+                "--engine spark runs it as a Spark job)"
+            )
     # (a stream reports each micro-batch itself; the bar is for the one batch job)
     with contextlib.ExitStack() as stack:
         ticker = stack.enter_context(_Ticker(ns, total, enabled=not ns.stream, engine=engine))
@@ -117,11 +121,11 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     emit(ns, data, human)  # after the progress bar closed: the result starts its own line
 
 
-def _engine(ns: argparse.Namespace, entries: int) -> str:
+def _engine(ns: argparse.Namespace, plans: Sequence[Any]) -> str:
     """Where a batch ingest runs: `spark`, or `local` (this process, no Spark) for `--engine auto`
-    when no Spark master was asked for and the range is small enough that Spark's start would cost
-    more than the work (LOCAL_MAX_ENTRIES). A stream always runs on Spark."""
-    from ..lake.ingest import LOCAL_MAX_ENTRIES
+    when no Spark master was asked for and the ranges are small enough that Spark's start would cost
+    more than the work (`ingest.runs_here`). A stream always runs on Spark."""
+    from ..lake.ingest import runs_here
 
     if ns.stream:
         if ns.engine == "local":
@@ -131,7 +135,7 @@ def _engine(ns: argparse.Namespace, entries: int) -> str:
         raise InvalidArgument("--master is for --engine spark")
     if ns.engine != "auto":
         return str(ns.engine)
-    return "local" if ns.master is None and entries <= LOCAL_MAX_ENTRIES else "spark"
+    return "local" if ns.master is None and runs_here(plans) else "spark"
 
 
 def _ingest(
@@ -161,13 +165,15 @@ def _ingest(
             max_entries_per_trigger=ns.max_entries_per_trigger,
             **common,
         )
-        return {"rows": r.rows, "seconds": round(r.seconds, 3)}, f"ingested {r.rows} entries in {r.seconds:.1f}s"
+        said = f"ingested {plural(r.rows, 'entry', 'entries')} in {r.seconds:.1f}s"
+        return {"rows": r.rows, "seconds": round(r.seconds, 3)}, said
     ticker.note = "planning the Spark job" if spark is not None else "reading and writing"
     r = ingest_batch(spark, ns.sources, ns.table, plans=plans, tasks=ticker.tasks, **common)
     ticker.done, ticker.note = r.rows, "committed" if r.version is not None else "done"
     rate = r.rows / r.seconds if r.seconds else 0
     human = (
-        f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): {r.rows} entries in {r.seconds:.1f}s "
+        f"committed version {r.version} (ICT {fmt_ts(r.in_commit_timestamp)}): "
+        f"{plural(r.rows, 'entry', 'entries')} in {r.seconds:.1f}s "
         f"({rate:,.{0 if rate >= 10 else 1}f}/s)"
         if r.version is not None
         else "no commit: nothing new"
@@ -286,7 +292,7 @@ def register(sub: Subcommands) -> None:
         choices=("auto", "spark", "local"),
         default="auto",
         help="where a batch ingest runs: 'spark' (a Spark job), 'local' (this process, no Spark), or 'auto' "
-        "(default): local for up to 1,000,000 new entries when no --master is given, else Spark",
+        "(default): local for up to 1,000,000 new entries and 1 GiB of blocks when no --master is given, else Spark",
     )
     p.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
     p.add_argument("--json", action="store_true")

@@ -82,12 +82,17 @@ class FeedSource:
 
     def signed_length(self) -> int:
         """The length of the newest signed state (what `latest` means)."""
+        return self.signed_size()[0]
+
+    def signed_size(self) -> tuple[int, int]:
+        """(length, bytes of its blocks) of the newest signed state."""
         if self.path is not None:
             with self._core() as core:
                 core.refresh()
-                return core.length
+                return core.length, core.byte_length
         with self._client() as c:
-            return int(c.info(self.key).state.length)
+            info = c.info(self.key)
+            return int(info.state.length), int(info.byte_length)
 
     def batch_end(self, seq: int) -> int:
         """The length at the end of the signed batch holding `seq` (an offset that has a signature)."""

@@ -52,10 +52,18 @@ class FeedPlan:
     source: FeedSource
     start: int
     end: int
+    #: bytes of the feed's blocks up to `end` (0: not known)
+    feed_bytes: int = 0
 
     @property
     def entries(self) -> int:
         return max(self.end - self.start, 0)
+
+    @property
+    def bytes(self) -> int:
+        """About how many bytes of blocks the range holds: the feed's average entry (the small header block
+        counted in) times the range's entries."""
+        return min(self.feed_bytes, self.feed_bytes * self.entries // max(self.end - 1, 1))
 
 
 @dataclass
@@ -93,14 +101,14 @@ def plan(
     starts = landed(table, sources, owner, storage)
     out = []
     for s in sources:
-        length = s.signed_length()
+        length, size = s.signed_size()
         start = starts[s.key_hex]
         if start > length:
             raise errors.Conflict(
                 f"the table holds feed {s.key_hex[:16]}... up to seq {start - 1}, past the {length} blocks "
                 f"{s.spec} has: a different or truncated copy of the feed?"
             )
-        out.append(FeedPlan(s, start, length))
+        out.append(FeedPlan(s, start, length, size))
     return out
 
 
@@ -144,9 +152,18 @@ def _sink_options(
     return out
 
 
-#: `feedlog ingest --engine auto` lands up to this many entries in its own process rather than
-#: starting Spark: Spark's start (10-15 s here) is worth more than the work below this
+#: `feedlog ingest --engine auto` lands up to this many entries, and this many bytes of blocks, in its own
+#: process rather than starting Spark: Spark's start (10-15 s here) is worth more than the work below these
 LOCAL_MAX_ENTRIES = 1_000_000
+LOCAL_MAX_BYTES = 1 << 30
+
+
+def runs_here(
+    plans: Sequence[FeedPlan], max_entries: int = LOCAL_MAX_ENTRIES, max_bytes: int = LOCAL_MAX_BYTES
+) -> bool:
+    """Whether `--engine auto` lands these ranges in this process: few entries and few bytes (a million
+    small entries land in seconds here, a million of a megabyte each would take one core an hour)."""
+    return sum(p.entries for p in plans) <= max_entries and sum(p.bytes for p in plans) <= max_bytes
 
 
 def ingest_batch(

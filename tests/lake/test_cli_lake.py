@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -101,7 +102,11 @@ def test_expire_of_a_small_table_runs_without_spark_and_says_so(tmp_path: Path) 
     append(feed, 20, ttl=1)  # expired a millisecond after each was written
     feed.close()
     table = tmp_path / "table"
-    assert feedlog("ingest", str(tmp_path / "feed"), str(table)).returncode == 0
+    ingested = feedlog("ingest", str(tmp_path / "feed"), str(table))
+    assert ingested.returncode == 0, ingested.stderr[-3000:]
+    # the entries and about how many bytes they are decide where it runs (~30 B a block here)
+    assert re.search(r"^landing here without Spark \(20 entries, ~\d{3} B; --engine spark", ingested.stdout, re.M)
+    assert ": 20 entries in " in ingested.stdout
     refused = feedlog("expire", str(table), "--engine", "local", "--master", "local[1]")
     assert (refused.returncode, one_error_line(refused)) == (2, "--master is for --engine spark")
     done = feedlog("expire", str(table))

@@ -111,3 +111,29 @@ def test_a_block_that_does_not_verify_fails_the_run_with_the_readers_error(tmp_p
     with pytest.raises(Corruption, match=r"blocks 21\.\.30 do not hash to the signed tree"):
         ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
     assert not table.exists() or (seqs(table) == [] and not list(table.glob("*.parquet")))
+
+
+def test_auto_lands_here_only_few_entries_of_few_bytes_from_a_directory_or_a_peer(tmp_path: Path) -> None:
+    """`--engine auto` weighs both the entries and their bytes: 20 entries of 64 KiB are ~1.3 MB."""
+    from feedlog.lake.feeds import FeedSource
+    from feedlog.lake.ingest import plan, runs_here
+    from feedlog.log.feed import Feed, Write
+    from feedlog.replication.sync import push
+    from feedlog.rpc import Address
+    from feedlog_server.app import PeerServer
+
+    with Feed.create(tmp_path / "feed", key_pair=KEY_A, timestamps="exact") as feed:
+        feed.append([Write(f"/k{i}", bytes(64 << 10)) for i in range(20)])
+    peer = PeerServer(tmp_path / "peer").start()
+    try:
+        push(tmp_path / "feed", Address.parse(f"grpc://{peer.address}"), token=peer.token)
+        for spec in (str(tmp_path / "feed"), f"grpc://{peer.address}/{KEY_A.public_key.hex()}"):
+            (p,) = plan([FeedSource.parse(spec)], str(tmp_path / "table"))
+            assert p.entries == 20 and 20 * (64 << 10) <= p.bytes < 21 * (64 << 10) + 4096, (spec, p.bytes)
+            assert runs_here([p]) and runs_here([p], max_bytes=2_000_000)
+            assert not runs_here([p], max_bytes=1_000_000) and not runs_here([p], max_entries=19)
+    finally:
+        peer.stop(grace=1)
+    ingest_batch(None, [str(tmp_path / "feed")], str(tmp_path / "table"), progress=lambda _m: None)
+    (p,) = plan([FeedSource.parse(str(tmp_path / "feed"))], str(tmp_path / "table"))
+    assert (p.entries, p.bytes) == (0, 0)  # all landed: nothing left to weigh
