@@ -65,11 +65,15 @@ def _start_spark() -> Any:
         # the JVM and every Python worker it starts read their fail points from the file; this process
         # and the processes tests start do not
         atexit.register(lambda: _SPARK_POINTS.unlink(missing_ok=True))
+        before = os.environ.get(failpoints.ENV)
         os.environ[failpoints.ENV] = f"@{_SPARK_POINTS}"
         try:
             s = spark_session("local[2]", "feedlog-tests")
         finally:
-            del os.environ[failpoints.ENV]
+            if before is None:
+                del os.environ[failpoints.ENV]
+            else:
+                os.environ[failpoints.ENV] = before
         s.sparkContext.setLogLevel("ERROR")
         _SPARK.append(s)
     return _SPARK[0]
