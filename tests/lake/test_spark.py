@@ -342,6 +342,26 @@ def test_ttl_compaction_in_process_that_fails_on_one_file_leaves_no_file_and_no_
         expire(None, str(table), engine="spark")
 
 
+def test_ingest_and_expire_without_spark_on_s3(tmp_path: Path, s3_server: S3Server) -> None:
+    """The in-process engines on an object store: the files are read and rewritten in the bucket
+    with the table's storage options, and a second compaction of two files clears only the newer."""
+    with Feed.create(tmp_path / "feed", key_pair=KEY_A, timestamps="exact") as feed:
+        feed.append([Write(f"/k{i}", b"x" * 10, ttl_ms=1 if i % 3 == 0 else None) for i in range(30)])
+        table, opts, db = s3_server.url("here"), s3_server.options, str(tmp_path / "owner.db")
+        kw: dict[str, Any] = {"owner": db, "token": "t0k", "storage_options": opts}
+        assert ingest_batch(None, [str(tmp_path / "feed")], table, progress=quiet, **kw).rows == 30
+        later = int(time.time() * 1000) + 10_000
+        e = expire(None, table, now_ms=later, **kw)
+        assert (e.files_rewritten, e.rows_cleared, e.engine) == (1, 10, "local")
+        feed.append([Write(f"/m{i}", b"y", ttl_ms=1) for i in range(5)])
+    assert ingest_batch(None, [str(tmp_path / "feed")], table, progress=quiet, **kw).rows == 5
+    e = expire(None, table, now_ms=later + 10_000, **kw)
+    assert (e.files_rewritten, e.rows_cleared) == (1, 5)  # the first file's rows were cleared already
+    rows = DeltaTable.open(table, owner=db, storage_options=opts).to_arrow().to_pylist()
+    assert sorted(x["seq"] for x in rows) == list(range(1, 36)) and sum(x["cleared"] for x in rows) == 15
+    assert audit_table(table, [KEY_A.public_key], owner=db, storage_options=opts).ok
+
+
 def test_ingest_stream_expire_and_audit_on_s3(spark, tmp_path: Path, s3_server: S3Server, capsys) -> None:
     """The whole job on an object store: batch ingest, streaming ingest, TTL compaction and audit of a
     table on moto's S3 server, with the in-process owner whose database is on this machine's disk."""
