@@ -52,7 +52,8 @@ class FeedPlan:
     source: FeedSource
     start: int
     end: int
-    #: bytes of the feed's blocks up to `end` (0: not known)
+    #: bytes of the feed's blocks up to `end` as the source says (0: not known); a peer's figure is
+    #: not verified, and only decides where the work runs (`runs_here`)
     feed_bytes: int = 0
 
     @property
