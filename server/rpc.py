@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import faulthandler
 import functools
 import ipaddress
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
@@ -262,8 +266,16 @@ def return_large_buffers() -> None:
         pass
 
 
+#: seconds a shutdown may take before every thread's stack goes to stderr (once; it goes on)
+SLOW_STOP_S = 15.0
+#: seconds the process may take to exit once the server stopped cleanly: past them, every thread's stack
+#: goes to stderr and the process exits anyway (its state is closed and durable; a stray thread is not
+#: worth hanging a shutdown for)
+EXIT_LIMIT_S = 5.0
+
+
 def serve_forever(server: Startable) -> None:
-    """Run until SIGTERM or SIGINT, then shut down cleanly."""
+    """Run until SIGTERM or SIGINT, then shut down cleanly (and exit, bounded: `EXIT_LIMIT_S`)."""
     return_large_buffers()
     done = threading.Event()
 
@@ -277,6 +289,21 @@ def serve_forever(server: Startable) -> None:
         while not done.wait(3600):
             pass
     finally:
-        server.stop()
+        faulthandler.dump_traceback_later(SLOW_STOP_S)  # a stop that hangs says where
+        try:
+            server.stop()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         for s, h in previous.items():
             signal.signal(s, h)
+    threading.Thread(target=_exit_if_stuck, args=(EXIT_LIMIT_S,), name="exit-watchdog", daemon=True).start()
+
+
+def _exit_if_stuck(limit: float) -> None:
+    """Runs (as a daemon) once the server stopped: if the interpreter has not exited within `limit`
+    seconds (a thread that does not end keeps it alive), name the threads and exit."""
+    time.sleep(limit)
+    event("exit_stuck", threads=[t.name for t in threading.enumerate() if t is not threading.current_thread()])
+    faulthandler.dump_traceback(all_threads=True)
+    sys.stderr.flush()
+    os._exit(0)

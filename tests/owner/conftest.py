@@ -12,6 +12,7 @@ PostgreSQL comes from tests/conftest.py (`postgres_url`: a fresh schema on
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +97,24 @@ def owner(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         yield Owner("grpc", root, db, server.endpoint, GrpcOwner(server.endpoint, timeout=10), server)
     finally:
         server.stop(grace=1)
+
+
+def stop_owner(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """SIGTERM, then wait for the exit while reading its stderr (unread, a full pipe would block its
+    last writes); if it does not exit in time, kill it and fail with what it wrote (the server dumps
+    every thread's stack when a stop takes long, and again if it cannot exit)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(
+            f"the owner did not exit within {timeout:.0f} s of SIGTERM; its stderr:\n"
+            + (err or b"").decode(errors="replace")[-6000:]
+        ) from None
 
 
 def owner_process(

@@ -20,7 +20,7 @@ from feedlog.errors import InvalidArgument, Unavailable
 from feedlog_server.owner import OwnerServer
 from tests.replication.test_shutdown import free_port
 
-from .conftest import SCHEMA, batch, owner_process
+from .conftest import SCHEMA, batch, owner_process, stop_owner
 
 
 def test_endpoint_lists_name_each_member() -> None:
@@ -146,9 +146,7 @@ def test_two_owner_processes_on_one_database_and_one_killed(
                 w.kill()
                 w.wait(20)
         for o in owners:
-            if o.poll() is None:
-                o.send_signal(signal.SIGTERM)
-                o.wait(20)
+            stop_owner(o)
 
 
 def read_ids(table: str, options: dict[str, str]) -> list[int]:

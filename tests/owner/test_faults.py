@@ -6,7 +6,6 @@ test's own; the PostgreSQL runs are skipped, saying why, when no server answers)
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from tests.conftest import postgres_dsn
 from tests.delta.conftest import deltalake_read, deltalake_version
 from tests.replication.test_shutdown import free_port
 
-from .conftest import SCHEMA, batch, owner_process
+from .conftest import SCHEMA, batch, owner_process, stop_owner
 
 WRITER = """
 import sys, pyarrow as pa
@@ -42,9 +41,7 @@ def state(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(20)
+    stop_owner(proc)
 
 
 def writer(path: Path, token: str, who: int, n: int, failpoints: str = "") -> subprocess.Popen[str]:

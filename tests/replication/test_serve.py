@@ -13,6 +13,7 @@ import pytest
 
 from feedlog.replication.client import FeedClient
 from feedlog.rpc import Tls
+from feedlog_server.rpc import EXIT_LIMIT_S
 
 from .certs import make_pki
 from .test_shutdown import free_port
@@ -94,3 +95,27 @@ def test_serve_tls_with_only_the_server_certificate(tmp_path: Path) -> None:
             proc.kill()
             proc.communicate()
     assert '"event":"serving"' in log and '"tls":true' in log and len(key) == 32
+
+
+def test_a_stopped_server_exits_even_when_a_thread_would_keep_it_alive(tmp_path: Path) -> None:
+    """After a clean stop, the process exits within `EXIT_LIMIT_S` even if a thread that does not end
+    would hold the interpreter open, and says which threads were left, with their stacks."""
+    probe = (
+        "import logging, os, signal, sys, threading, time\n"
+        "from feedlog_server.app import PeerServer\n"
+        "from feedlog_server.events import configure\n"
+        "configure(logging.INFO)\n"
+        "from feedlog_server.rpc import serve_forever\n"
+        "threading.Thread(target=time.sleep, args=(3600,), name='never-ends').start()\n"
+        "threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+        "serve_forever(PeerServer(sys.argv[1], '127.0.0.1:0'))\n"
+    )
+    t = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "d")], capture_output=True, text=True, timeout=60, env=ENV
+    )
+    took = time.monotonic() - t
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"event":"stopped"' in done.stderr and '"event":"exit_stuck"' in done.stderr
+    assert "never-ends" in done.stderr and "Thread 0x" in done.stderr  # the thread, and every stack
+    assert took < 1.0 + EXIT_LIMIT_S + 15, took
