@@ -241,8 +241,8 @@ def _expire_rounds(
     from ..lake.spark_errors import spark_job
 
     rounds, token = 0, token_of(ns)
+    engine = "spark" if ns.master and ns.engine == "auto" else ns.engine
     while True:
-        engine = "spark" if ns.master and ns.engine == "auto" else ns.engine
         with spark_job():
             r = expire(session, ns.table, token=token, owner=ns.owner, storage_options=options, engine=engine)
         rounds += 1

@@ -69,14 +69,13 @@ def spark_session(master: str | None = None, app_name: str = "feedlog", **conf: 
     master = master or os.environ.get("FEEDLOG_SPARK_MASTER", "local[*]")
     settings = {**SPARK_CONF, **conf}
     archive = class_archive()
-    if JAVA_OPTIONS not in conf and archive.is_file():
-        settings[JAVA_OPTIONS] += f" -XX:SharedArchiveFile={archive} {CDS_QUIET}"
+    shared = f" -XX:SharedArchiveFile={archive} {CDS_QUIET}" if archive.is_file() else ""
+    if JAVA_OPTIONS not in conf:
+        settings[JAVA_OPTIONS] += shared
     if master.startswith("local-cluster") and EXECUTOR_JAVA_OPTIONS not in conf:
         # Spark's test cluster: its executor JVMs start on this machine, where the archive is, and do little
         # but shuttle Arrow batches to Python workers; these settings cut a small job's CPU by a third
-        settings[EXECUTOR_JAVA_OPTIONS] = FAST_START + (
-            f" -XX:SharedArchiveFile={archive} {CDS_QUIET}" if archive.is_file() else ""
-        )
+        settings[EXECUTOR_JAVA_OPTIONS] = FAST_START + shared
     if not _start_jvm(master, app_name, settings):
         builder = SparkSession.builder.appName(app_name).master(master)
         for k, v in settings.items():

@@ -125,16 +125,15 @@ def _rewrite_here(
     If one fails, the files the others wrote are removed (no commit will hold them) and its error raised."""
     with ThreadPoolExecutor(max(1, min(len(candidates), os.cpu_count() or 1))) as pool:
         futures = [pool.submit(_rewrite_file, job, a) for a in candidates]
-    failed = [f.exception() for f in futures if f.exception() is not None]
-    if not failed:
+    failed = next((e for f in futures if (e := f.exception()) is not None), None)
+    if failed is None:
         return [f.result() for f in futures]
     storage = open_storage(job.path, job.storage_options)
     for f in futures:
-        new = None if f.exception() is not None else f.result()[1]
-        if new is not None:
+        if f.exception() is None and (new := f.result()[1]) is not None:
             with contextlib.suppress(OSError, FeedlogError):
                 storage.delete(urllib.parse.unquote(new["path"]))
-    raise failed[0]  # type: ignore[misc]
+    raise failed
 
 
 def expire(
