@@ -283,25 +283,34 @@ def _combined_str(self: Any) -> str:
 
 def install() -> None:
     """Make Py4J calls (every PySpark action) raise `combined` errors for failures caused by a
-    feedlog error. Idempotent; PySpark re-installs its own handler when it starts a context,
-    so `feedlog.lake.register` calls this after."""
-    import py4j.java_gateway  # type: ignore[import-untyped]
+    feedlog error. Idempotent.
 
-    current = py4j.java_gateway.get_return_value
-    if getattr(current, "__feedlog_hook__", False):
-        return
+    The hook sits under PySpark's own handler, in the function PySpark wraps (`py4j.protocol`'s), not
+    beside it: PySpark re-installs its handler whenever it builds a session object, which it does for
+    every `foreachBatch` micro-batch and for `getActiveSession()` on a new thread, and a hook beside it
+    was lost there (a streaming query's foreachBatch was enough to turn a `SchemaMismatch` back into
+    a bare AnalysisException). Every re-install now wraps ours again."""
+    import py4j.protocol  # type: ignore[import-untyped]
+    from pyspark.errors.exceptions.captured import UnknownException, convert_exception, install_exception_handler
 
-    @functools.wraps(current)
-    def get_return_value(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return current(*args, **kwargs)
-        except errors.FeedlogError:
-            raise
-        except Exception as e:
-            root = find(_text(e))
-            if root is None:
-                raise
-            raise combined(e, root) from None
+    current = py4j.protocol.get_return_value
+    if not getattr(current, "__feedlog_hook__", False):
 
-    get_return_value.__feedlog_hook__ = True  # type: ignore[attr-defined]
-    py4j.java_gateway.get_return_value = get_return_value
+        @functools.wraps(current)
+        def get_return_value(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return current(*args, **kwargs)
+            except py4j.protocol.Py4JJavaError as e:
+                try:  # the exception PySpark's handler would raise for it, as the other half of ours
+                    converted: Exception | None = convert_exception(e.java_exception)
+                except Exception:  # a JVM that is gone
+                    converted = None
+                exc = e if converted is None or isinstance(converted, UnknownException) else converted
+                root = find(_text(exc))
+                if root is None:
+                    raise
+                raise combined(exc, root) from None
+
+        get_return_value.__feedlog_hook__ = True  # type: ignore[attr-defined]
+        py4j.protocol.get_return_value = get_return_value
+    install_exception_handler()  # PySpark's, now around ours (it wraps py4j.protocol's function)

@@ -134,6 +134,28 @@ def test_a_pyspark_write_raises_an_error_that_is_both_kinds_and_starts_with_our_
     assert root_error(e) is e.feedlog_error  # type: ignore[attr-defined]
 
 
+def test_errors_stay_ours_after_a_foreachbatch_query_rebuilt_pysparks_handler(spark: Any, tmp_path: Path) -> None:
+    """PySpark re-installs its Py4J error handler each time it wraps a session, as it does for every
+    foreachBatch micro-batch: with our hook beside its handler, the next failed job raised a bare
+    AnalysisException (seen in a full test run)."""
+    make_feed(tmp_path / "feed", 3, batch=3).close()
+    seen: list[int] = []
+    query = (
+        spark.readStream.format("feedlog")
+        .option("feed", str(tmp_path / "feed"))
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.foreachBatch(lambda df, _: seen.append(df.count()))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120) and query.exception() is None
+    assert sum(seen) == 3
+    with pytest.raises(errors.NotFound, match="not a feed directory"):
+        spark.read.format("feedlog").option("feed", str(tmp_path / "nothing")).load().count()
+
+
 def test_a_pyspark_read_of_a_missing_feed_raises_not_found(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(errors.NotFound, match="not a feed directory"):
         spark.read.format("feedlog").option("feed", str(tmp_path / "nothing")).load().count()
