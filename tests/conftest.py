@@ -5,6 +5,7 @@ import functools
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -108,15 +109,86 @@ def _cost(item: pytest.Item) -> tuple[int, int]:
     return (1 if "/lake/" in str(item.path) else 2, 0)
 
 
+#: the xdist group of every test on the shared Spark session (`tools/run test` runs `--dist loadgroup`)
+SPARK_GROUP = "spark"
+#: where workers write the group of each grouped test for the controller's scheduler
+_GROUPS_ENV = "FEEDLOG_TEST_XDIST_GROUPS"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # One worker runs every test on the shared session, one after the other: a second worker's JVM
+    # would cost its start (~10 s of CPU on 2 cores) and its own warm-up for the same tests. The
+    # group, the largest unit of work, is the first one xdist hands out.
+    if "spark" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The controller of a `--dist loadgroup` run: its workers (which inherit the environment) say in
+    # this folder which tests belong to which xdist_group
+    if config.getoption("dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
+        os.environ[_GROUPS_ENV] = tempfile.mkdtemp(prefix="feedlog-xdist-groups-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and (where := os.environ.pop(_GROUPS_ENV, None)):
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A worker's map of grouped test ids to their xdist_group, for `pytest_xdist_make_scheduler`."""
+    where = os.environ.get(_GROUPS_ENV)
+    if where is None or not hasattr(config, "workerinput"):
+        return
+    groups = {
+        item.nodeid: "_".join(sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks}))
+        for item in items
+        if (marks := list(item.iter_markers("xdist_group")))
+    }
+    path = Path(where) / f"{config.workerinput['workerid']}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups))
+    tmp.replace(path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` as xdist documents it: xdist 3.8 marks a grouped test by renaming its node
+    id, which pytest 9 ignores (ids are read-only there), so every test was its own unit. This
+    scheduler reads the groups the workers wrote instead: one unit per group, one per other test,
+    handed out largest first, then in collection order (longest first, `_cost`)."""
+    if config.getoption("dist", "no") != "loadgroup" or _GROUPS_ENV not in os.environ:
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    where = Path(os.environ[_GROUPS_ENV])
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # called once collection is complete on every worker
+                found = sorted(where.glob("*.json"))
+                self.groups = json.loads(found[0].read_text()) if found else {}
+            group = self.groups.get(nodeid)
+            return nodeid if group is None else f"@{group}"
+
+    return GroupScheduling(config, log)
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a run that keeps a Spark test starts one
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Longest first (stable otherwise): with pytest-xdist (`tools/run test` runs one worker per core) the
     # minutes-long end-to-end tests start at once on separate workers, instead of one of them starting
     # last and leaving the other worker idle at the end. Every worker sorts the same way.
     items.sort(key=_cost)
+    _write_groups(config, items)
     # Start the JVM before any test creates gRPC threads: PySpark forks it (Popen with a
     # preexec_fn), and a fork while gRPC's threads hold their locks can kill the child before
-    # it execs ("Java gateway process exited"; seen once under load in the demo).
+    # it execs ("Java gateway process exited"; seen once under load in the demo). Under `--dist
+    # loadgroup` only the worker given the Spark group starts one, at its first test, which is that
+    # group's: xdist hands the largest unit out first, before the worker has run anything.
+    if config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False):
+        return
     if any("spark" in getattr(item, "fixturenames", ()) for item in items):
         _start_spark()
 
