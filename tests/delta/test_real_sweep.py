@@ -837,12 +837,13 @@ def agree(
     counts: dict[str, int],
     what: str = "read",
     fix: Fix | None = None,
+    read: pa.Table | None = None,
 ) -> bool:
     """feedlog's rows at version v against deltalake's, and DuckDB's: where the two disagree, feedlog
     must give one of their answers (the protocol's; which one is counted). True if DuckDB read the
-    version as deltalake does."""
+    version as deltalake does. `read`: deltalake's rows at v, if the caller has read them already."""
     fix = fix or (lambda t: t)
-    theirs = fix(deltalake_read(path, v))
+    theirs = fix(deltalake_read(path, v) if read is None else read)
     at = f"v{v}" + ("" if what == "read" else f" (after feedlog's {what})")
     if ours.column_names != theirs.column_names:
         problems.append(f"{at}: columns {ours.column_names} != deltalake {theirs.column_names}")
@@ -947,8 +948,10 @@ def filtered_counts(path: str, v: int, batch: pa.Table, duck: bool, problems: li
 
     from . import conftest
 
+    opened: dict[int, Any] = {}  # deltalake's table at each version, loaded once for every column
+
     def deltalake_count(version: int, where: str) -> int:
-        dl = deltalake.DeltaTable(path, version=version)
+        dl = opened.get(version) or opened.setdefault(version, deltalake.DeltaTable(path, version=version))
         sql = f"select count(*) as n from t where {where}"
         return int(pa.table(deltalake.QueryBuilder().register("t", dl).execute(sql).read_all()).column("n")[0].as_py())
 
@@ -990,7 +993,7 @@ def sweep(path: str, fix: Fix | None = None) -> tuple[list[str], dict[str, int],
     table = DeltaTable.open(path)
     for v in range(latest + 1):
         try:
-            deltalake_read(path, v)
+            read = deltalake_read(path, v)
         except Exception:  # vacuumed files or cleaned-up log: feedlog must refuse too, with its own error
             counts["deltalake_refused"] += 1
             try:
@@ -1012,7 +1015,7 @@ def sweep(path: str, fix: Fix | None = None) -> tuple[list[str], dict[str, int],
         except Exception as e:
             problems.append(f"v{v}: crash {type(e).__name__}: {e}")
             continue
-        agree(path, v, ours, problems, counts, fix=fix)
+        agree(path, v, ours, problems, counts, fix=fix, read=read)
         if n != ours.num_rows:  # every writer here writes numRecords (in stats or stats_parsed)
             problems.append(f"v{v}: num_records {n} != {ours.num_rows} rows")
     try:
