@@ -177,7 +177,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a run that keeps a Spark test starts one
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Longest first (stable otherwise): with pytest-xdist (`tools/run test` runs one worker per core) the
+    # Longest first (stable otherwise): with pytest-xdist (`tools/run test` runs cores + 1 workers) the
     # minutes-long end-to-end tests start at once on separate workers, instead of one of them starting
     # last and leaving the other worker idle at the end. Every worker sorts the same way.
     items.sort(key=_cost)
