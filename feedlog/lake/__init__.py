@@ -87,19 +87,39 @@ def spark_session(master: str | None = None, app_name: str = "feedlog", **conf: 
     return spark
 
 
+def spark_install() -> dict[str, str]:
+    """What a class archive is valid for: this PySpark (its version, and the folder and the state of
+    its jars: the JVM checks every jar's path, size and time against the archive's) and this JDK."""
+    import pyspark
+    from pyspark.version import __version__
+
+    home = os.path.realpath(os.path.dirname(pyspark.__file__))
+    try:
+        jars = str(os.stat(os.path.join(home, "jars")).st_mtime_ns)
+    except OSError:  # no jars folder: a JVM cannot start from this install anyway
+        jars = ""
+    java = os.path.realpath(shutil.which("java") or "java")
+    return {
+        "pyspark": __version__,
+        "pyspark_home": home,
+        "jars": jars,
+        "java_home": os.environ.get("JAVA_HOME", ""),
+        "java": java,
+    }
+
+
 def class_archive() -> Path:
-    """Where the class archive for this PySpark and JDK is ($FEEDLOG_SPARK_CLASS_ARCHIVE, else in
-    the user's cache directory). Only `classes.build` writes it, whole or not at all: a JVM given a
-    cut archive dies (SIGBUS); one given an archive of another JDK or class path ignores it."""
+    """Where the class archive for this PySpark installation and JDK is ($FEEDLOG_SPARK_CLASS_ARCHIVE,
+    else in the user's cache directory). Only `classes.build` writes it, whole or not at all: a JVM
+    given a cut archive dies (SIGBUS); one given an archive of another JDK or class path ignores it,
+    silently, so another checkout's venv (the same PySpark in another folder) gets its own file."""
     given = os.environ.get(CLASS_ARCHIVE_ENV)
     if given:
         return Path(given)
-    from pyspark.version import __version__
-
-    java = os.path.realpath(shutil.which("java") or "java")
-    key = hashlib.sha256(f"{__version__}\n{os.environ.get('JAVA_HOME', '')}\n{java}".encode()).hexdigest()[:12]
+    install = spark_install()
+    key = hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(install.items())).encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "feedlog" / f"spark-{__version__}-{key}.jsa"
+    return cache / "feedlog" / f"spark-{install['pyspark']}-{key}.jsa"
 
 
 def _start_jvm(master: str, app_name: str, settings: dict[str, str]) -> bool:

@@ -11,12 +11,15 @@ a child process whose JVM writes the archive as it exits, waits for that JVM
 to end, and only then moves the archive into place: a JVM given a cut archive
 crashes, so a partial one must never sit at the final path. An archive made by
 another JDK or for another class path is ignored by the JVM (no speed-up,
-no harm); rebuild after changing either. About 150 MB.
+no harm), so the default path names the PySpark installation (its folder and
+jars) and the JDK, and a new one is recorded for each. About 150 MB; recording
+one removes those whose PySpark folder is gone (a deleted venv or checkout).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import Unavailable
-from . import CDS_QUIET, JAVA_OPTIONS, SPARK_CONF, class_archive
+from ..log.storage import atomic_write
+from . import CDS_QUIET, JAVA_OPTIONS, SPARK_CONF, class_archive, spark_install
 
 #: for the child's whole run: start Spark, one job, stop, dump ~150 MB
 BUILD_TIMEOUT_S = 900
@@ -32,6 +36,7 @@ BUILD_TIMEOUT_S = 900
 
 def build(path: Path | None = None) -> Path:
     """Write the archive to `path` (default `class_archive()`), replacing any there. Returns it."""
+    default = path is None
     path = path or class_archive()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -48,7 +53,32 @@ def build(path: Path | None = None) -> Path:
         os.replace(tmp, path)  # whole, at once: readers see the old archive, none, or this one
     finally:
         tmp.unlink(missing_ok=True)
+    if default:
+        atomic_write(path.with_suffix(".json"), json.dumps(spark_install()).encode())
+        prune(path.parent, keep=path)
     return path
+
+
+def prune(folder: Path, keep: Path) -> list[Path]:
+    """Remove the archives in `folder` recorded for a PySpark installation that is gone (a deleted
+    venv or checkout: ~160 MB each), and those with no record (made by a feedlog that named them
+    otherwise: nothing finds them now); returns them. One whose record cannot be read is kept."""
+    gone = []
+    for archive in sorted(folder.glob("spark-*.jsa")):
+        if archive == keep:
+            continue
+        record = archive.with_suffix(".json")
+        try:
+            home = json.loads(record.read_text())["pyspark_home"]
+        except FileNotFoundError:
+            home = None
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if home is None or (isinstance(home, str) and not os.path.isdir(home)):
+            archive.unlink(missing_ok=True)
+            record.unlink(missing_ok=True)
+            gone.append(archive)
+    return gone
 
 
 def _record(tmp: Path) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from feedlog.errors import Unavailable
 from feedlog.lake import CLASS_ARCHIVE_ENV, class_archive
-from feedlog.lake.classes import build
+from feedlog.lake.classes import build, prune
 
 
 def test_the_archive_is_per_pyspark_and_jdk_in_the_cache_unless_named(
@@ -22,6 +23,16 @@ def test_the_archive_is_per_pyspark_and_jdk_in_the_cache_unless_named(
     assert default.parent == tmp_path / "cache" / "feedlog" and default.name.startswith(f"spark-{__version__}-")
     monkeypatch.setenv("JAVA_HOME", "/another/jdk")
     assert class_archive() != default  # another JDK's classes would be ignored: another file
+    monkeypatch.delenv("JAVA_HOME")
+    assert class_archive() == default
+    # the same PySpark installed in another folder (another checkout's venv): the JVM checks the
+    # jars' paths against the archive's and ignores an archive of another folder, silently
+    import pyspark
+
+    other = tmp_path / "venv2" / "pyspark"
+    (other / "jars").mkdir(parents=True)
+    monkeypatch.setattr(pyspark, "__file__", str(other / "__init__.py"))
+    assert class_archive() != default
     monkeypatch.setenv(CLASS_ARCHIVE_ENV, str(tmp_path / "mine.jsa"))
     assert class_archive() == tmp_path / "mine.jsa"
 
@@ -32,3 +43,27 @@ def test_a_recording_that_fails_leaves_no_archive(tmp_path: Path, monkeypatch: p
     with pytest.raises(Unavailable, match="could not record Spark's classes"):
         build(tmp_path / "spark.jsa")
     assert list(tmp_path.iterdir()) == []  # neither the archive nor a cut temporary one
+
+
+def test_archives_of_a_pyspark_folder_that_is_gone_are_pruned(tmp_path: Path) -> None:
+    """Each checkout's venv records its own archive (~160 MB): recording one removes those whose
+    PySpark folder no longer exists and those with no record (older names nothing looks up), and
+    keeps the rest and any whose record cannot be read."""
+    live = tmp_path / "live-pyspark"
+    live.mkdir()
+    for name, home in (("spark-4-gone", tmp_path / "deleted"), ("spark-4-live", live), ("spark-4-new", live)):
+        (tmp_path / f"{name}.jsa").write_bytes(b"x")
+        (tmp_path / f"{name}.json").write_text(json.dumps({"pyspark_home": str(home)}))
+    (tmp_path / "spark-4-unreadable.jsa").write_bytes(b"x")
+    (tmp_path / "spark-4-unreadable.json").write_text("{not json")
+    (tmp_path / "spark-4-norecord.jsa").write_bytes(b"x")  # recorded before records existed
+    (tmp_path / "mine.jsa").write_bytes(b"x")  # not one of ours (`build PATH` may write anywhere)
+    gone = prune(tmp_path, keep=tmp_path / "spark-4-new.jsa")
+    assert gone == [tmp_path / "spark-4-gone.jsa", tmp_path / "spark-4-norecord.jsa"]
+    assert sorted(p.name for p in tmp_path.glob("*.jsa")) == [
+        "mine.jsa",
+        "spark-4-live.jsa",
+        "spark-4-new.jsa",
+        "spark-4-unreadable.jsa",
+    ]
+    assert not (tmp_path / "spark-4-gone.json").exists()
