@@ -50,11 +50,12 @@ def build(path: Path | None = None) -> Path:
         if done.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
             tail = (done.stderr or "").strip().splitlines()[-1:] or ["no archive written"]
             raise Unavailable(f"could not record Spark's classes: {tail[0]}")
+        if default:  # the record first: another checkout's `prune` removes an archive without one
+            atomic_write(path.with_suffix(".json"), json.dumps(spark_install()).encode())
         os.replace(tmp, path)  # whole, at once: readers see the old archive, none, or this one
     finally:
         tmp.unlink(missing_ok=True)
     if default:
-        atomic_write(path.with_suffix(".json"), json.dumps(spark_install()).encode())
         prune(path.parent, keep=path)
     return path
 
