@@ -126,7 +126,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # The controller of a `--dist loadgroup` run: its workers (which inherit the environment) say in
     # this folder which tests belong to which xdist_group
-    if config.getoption("dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
+    workers = config.getoption("numprocesses", None)
+    if config.getoption("dist", "no") == "loadgroup" and workers and not hasattr(config, "workerinput"):
         os.environ[_GROUPS_ENV] = tempfile.mkdtemp(prefix="feedlog-xdist-groups-")
 
 
@@ -187,7 +188,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # it execs ("Java gateway process exited"; seen once under load in the demo). Under `--dist
     # loadgroup` only the worker given the Spark group starts one, at its first test, which is that
     # group's: xdist hands the largest unit out first, before the worker has run anything.
-    if config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False):
+    if hasattr(config, "workerinput") and getattr(config.option, "loadgroup", False):
         return
     if any("spark" in getattr(item, "fixturenames", ()) for item in items):
         _start_spark()
