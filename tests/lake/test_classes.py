@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,13 @@ def test_the_archive_is_per_pyspark_and_jdk_in_the_cache_unless_named(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     default = class_archive()
     assert default.parent == tmp_path / "cache" / "feedlog" and default.name.startswith(f"spark-{__version__}-")
+    java_home = os.environ.get("JAVA_HOME")
     monkeypatch.setenv("JAVA_HOME", "/another/jdk")
     assert class_archive() != default  # another JDK's classes would be ignored: another file
-    monkeypatch.delenv("JAVA_HOME")
+    if java_home is None:
+        monkeypatch.delenv("JAVA_HOME")
+    else:
+        monkeypatch.setenv("JAVA_HOME", java_home)
     assert class_archive() == default
     # the same PySpark installed in another folder (another checkout's venv): the JVM checks the
     # jars' paths against the archive's and ignores an archive of another folder, silently
