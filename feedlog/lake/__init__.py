@@ -94,18 +94,23 @@ def spark_install() -> dict[str, str]:
     from pyspark.version import __version__
 
     home = os.path.realpath(os.path.dirname(pyspark.__file__))
-    try:
-        jars = str(os.stat(os.path.join(home, "jars")).st_mtime_ns)
-    except OSError:  # no jars folder: a JVM cannot start from this install anyway
-        jars = ""
     java = os.path.realpath(shutil.which("java") or "java")
     return {
         "pyspark": __version__,
         "pyspark_home": home,
-        "jars": jars,
+        "jars": jars_state(home) or "",
         "java_home": os.environ.get("JAVA_HOME", ""),
         "java": java,
     }
+
+
+def jars_state(home: str) -> str | None:
+    """What a class archive's record holds of the jars in PySpark folder `home`: their folder's
+    mtime, which a reinstall changes ("" without a jars folder; None without the folder itself)."""
+    try:
+        return str(os.stat(os.path.join(home, "jars")).st_mtime_ns)
+    except OSError:  # no jars folder: a JVM cannot start from this install anyway
+        return "" if os.path.isdir(home) else None
 
 
 def class_archive() -> Path:

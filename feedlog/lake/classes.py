@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..errors import Unavailable
 from ..log.storage import atomic_write
-from . import CDS_QUIET, JAVA_OPTIONS, SPARK_CONF, class_archive, spark_install
+from . import CDS_QUIET, JAVA_OPTIONS, SPARK_CONF, class_archive, jars_state, spark_install
 
 #: for the child's whole run: start Spark, one job, stop, dump ~150 MB
 BUILD_TIMEOUT_S = 900
@@ -61,21 +61,23 @@ def build(path: Path | None = None) -> Path:
 
 
 def prune(folder: Path, keep: Path) -> list[Path]:
-    """Remove the archives in `folder` recorded for a PySpark installation that is gone (a deleted
-    venv or checkout: ~160 MB each), and those with no record (made by a feedlog that named them
-    otherwise: nothing finds them now); returns them. One whose record cannot be read is kept."""
+    """Remove the archives in `folder` recorded for a PySpark installation that is gone or changed
+    (a deleted venv or checkout, a reinstall in the same folder: ~160 MB each), and those with no
+    record (made by a feedlog that named them otherwise: nothing finds them now); returns them. One
+    whose record cannot be read is kept."""
     gone = []
     for archive in sorted(folder.glob("spark-*.jsa")):
         if archive == keep:
             continue
         record = archive.with_suffix(".json")
         try:
-            home = json.loads(record.read_text())["pyspark_home"]
+            install = json.loads(record.read_text())
+            home, jars = install["pyspark_home"], install.get("jars")
         except FileNotFoundError:
-            home = None
-        except (OSError, ValueError, KeyError, TypeError):
+            home = jars = None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if home is None or (isinstance(home, str) and not os.path.isdir(home)):
+        if not isinstance(home, str) or jars_state(home) != jars:
             archive.unlink(missing_ok=True)
             record.unlink(missing_ok=True)
             gone.append(archive)

@@ -52,19 +52,25 @@ def test_a_recording_that_fails_leaves_no_archive(tmp_path: Path, monkeypatch: p
 
 def test_archives_of_a_pyspark_folder_that_is_gone_are_pruned(tmp_path: Path) -> None:
     """Each checkout's venv records its own archive (~160 MB): recording one removes those whose
-    PySpark folder no longer exists and those with no record (older names nothing looks up), and
-    keeps the rest and any whose record cannot be read."""
+    PySpark folder no longer exists or holds other jars now, and those with no record (older names
+    nothing looks up), and keeps the rest and any whose record cannot be read."""
     live = tmp_path / "live-pyspark"
-    live.mkdir()
-    for name, home in (("spark-4-gone", tmp_path / "deleted"), ("spark-4-live", live), ("spark-4-new", live)):
+    (live / "jars").mkdir(parents=True)
+    jars = str((live / "jars").stat().st_mtime_ns)
+    for name, home, state in (
+        ("spark-4-gone", tmp_path / "deleted", jars),
+        ("spark-4-live", live, jars),
+        ("spark-4-new", live, jars),
+        ("spark-4-reinstalled", live, "1"),  # the same folder, other jars: the JVM ignores it
+    ):
         (tmp_path / f"{name}.jsa").write_bytes(b"x")
-        (tmp_path / f"{name}.json").write_text(json.dumps({"pyspark_home": str(home)}))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"pyspark_home": str(home), "jars": state}))
     (tmp_path / "spark-4-unreadable.jsa").write_bytes(b"x")
     (tmp_path / "spark-4-unreadable.json").write_text("{not json")
     (tmp_path / "spark-4-norecord.jsa").write_bytes(b"x")  # recorded before records existed
     (tmp_path / "mine.jsa").write_bytes(b"x")  # not one of ours (`build PATH` may write anywhere)
     gone = prune(tmp_path, keep=tmp_path / "spark-4-new.jsa")
-    assert gone == [tmp_path / "spark-4-gone.jsa", tmp_path / "spark-4-norecord.jsa"]
+    assert gone == [tmp_path / f"spark-4-{n}.jsa" for n in ("gone", "norecord", "reinstalled")]
     assert sorted(p.name for p in tmp_path.glob("*.jsa")) == [
         "mine.jsa",
         "spark-4-live.jsa",
