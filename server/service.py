@@ -17,7 +17,6 @@ import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import grpc
@@ -43,7 +42,7 @@ from feedlog.replication import wire
 from .auth import Guard
 from .events import event
 from .flow import InFlight
-from .group_commit import Result
+from .group_commit import GroupCommitter, Result
 from .host import FeedHost, HostedFeed
 from .rpc import abort as _abort
 from .rpc import unary
@@ -214,28 +213,27 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
     @unary
     def Put(self, request: pb.PutRequest, context: grpc.ServicerContext) -> pb.PutResponse:
         self.guard.writer(context, "Put")
-        fut = self._submit(request, lead=True)
-        return self._put_response(fut, context.time_remaining())
+        committer, writes = self._checked(request)
+        # this thread waits for the answer anyway: it leads the group commit when its turn comes
+        return self._put_response(committer.put(writes, context.time_remaining()))
 
-    def _submit(self, request: pb.PutRequest, *, lead: bool = False) -> Future[Result]:
-        """Queue the request's entries for the feed's next group commit; with `lead` (a caller that
-        will block on the answer) commit the queued group in this thread if none is being committed."""
+    def _checked(self, request: pb.PutRequest) -> tuple[GroupCommitter, list[Write]]:
+        """The committer of the request's feed and its entries, checked as that feed takes them."""
         hf = self.host.get(wire.check_key(request.feed))
         committer = hf.committer_or_raise()
         if len(request.entries) > MAX_PUT_ENTRIES:
             raise InvalidArgument(f"{len(request.entries)} entries in one request; the limit is {MAX_PUT_ENTRIES}")
         writes = [write_of(p) for p in request.entries]
         hf.feed.check(writes)
-        fut = committer.submit(writes)
-        if lead:
-            committer.lead(fut)
-        return fut
+        return committer, writes
 
-    def _put_response(self, fut: Future[Result], timeout: float | None) -> pb.PutResponse:
-        try:
-            appended, state = fut.result(timeout)
-        except FutureTimeout:
-            raise Unavailable("not yet durable when the deadline passed; the entries may still land") from None
+    def _submit(self, request: pb.PutRequest) -> Future[Result]:
+        """Queue the request's entries for the feed's next group commit (a pipelined caller)."""
+        committer, writes = self._checked(request)
+        return committer.submit(writes)
+
+    def _put_response(self, result: Future[Result] | Result) -> pb.PutResponse:
+        appended, state = result.result() if isinstance(result, Future) else result
         resp = pb.PutResponse(state=wire.state_pb(state))
         for a in appended:
             m = resp.appended.add(seq=a.seq)
@@ -292,7 +290,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                 return
             if isinstance(item, FeedlogError):
                 raise item
-            yield self._put_response(item, None)
+            yield self._put_response(item)
 
     @streaming
     def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
