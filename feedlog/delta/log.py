@@ -239,15 +239,35 @@ def read_commit(storage: Storage, listing: Listing, version: int, ict_only: bool
     return decode_commit(data, version, ict_only)
 
 
+#: newest commits searched for the protocol and metadata before a table without checkpoints is
+#: replayed whole (`load_protocol_metadata`)
+_TAIL_SCAN = 16
+
+
 def load_protocol_metadata(storage: Storage, listing: Listing) -> tuple[Protocol, Metadata]:
     """The latest protocol and metadata alone (delta-kernel's P&M replay): newest commits first,
     stopping at the first of each, else only those two columns of the newest checkpoint."""
     protocol: Protocol | None = None
     metadata: Metadata | None = None
     newest_cp = max(listing.checkpoints, default=-1)
+    # With no checkpoint, they are usually in commit 0 alone: past the newest few commits, the
+    # whole log is replayed from 0 instead (each commit read once, as the snapshot does) and the
+    # state remembered, so that the snapshot asked for next reads none of it again.
+    replay_below = (
+        listing.latest - _TAIL_SCAN
+        if newest_cp < 0
+        and isinstance(storage, LocalStorage)
+        and listing.first_missing_commit(-1, listing.latest) is None
+        else -1
+    )
     for v in range(listing.latest, newest_cp, -1):
         if v not in listing.commits:
             break
+        if v <= replay_below:
+            state = load_state(storage, listing)
+            _remember(storage, state)
+            assert state.protocol is not None and state.metadata is not None
+            return state.protocol, state.metadata
         for a in read_commit(storage, listing, v):
             if protocol is None and isinstance(a, Protocol):
                 protocol = a

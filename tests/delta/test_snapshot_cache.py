@@ -151,3 +151,33 @@ def test_a_checkpoints_protocol_and_metadata_are_decoded_once_and_never_served_f
     u.append(pa.table({"x": [1]}, schema=other))
     u.checkpoint()
     assert metadata_id() == u.snapshot().metadata.id != first_id
+
+
+def test_a_table_without_checkpoints_is_read_once_by_open_and_snapshot(
+    new_table: Callable[..., DeltaTable], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # open() would find the protocol and metadata in commit 0 only by reading every commit back to
+    # it: it replays the log instead and remembers the state, and the snapshot reads none of it again
+    t = new_table()
+    path = t.storage.location
+    n = delta_log._TAIL_SCAN + 4
+    for i in range(n):
+        t.append(rows(i, 2), txn=("app", i))
+    delta_log.forget_states()
+    reads: list[str] = []
+    storage_read = LocalStorage.read
+
+    def counting(self: LocalStorage, p: str) -> bytes:
+        reads.append(p)
+        return storage_read(self, p)
+
+    monkeypatch.setattr(LocalStorage, "read", counting)  # the real read, counted
+    s = DeltaTable.open(path).snapshot()
+    monkeypatch.undo()
+    got = {"version": s.version, "files": dict(s.state.files), "metadata": s.metadata, "txns": s.state.txns}
+    commits = [p.rsplit("/", 1)[-1] for p in reads if p.endswith(".json")]
+    assert got == fresh(path) and got["version"] == n
+    # every commit, each once but the newest few (searched first) and the latest (its fingerprint,
+    # read when the state is remembered and when it is used)
+    assert sorted(set(commits)) == [f"{v:020d}.json" for v in range(n + 1)]
+    assert len(commits) <= n + 1 + delta_log._TAIL_SCAN + 2
