@@ -1,7 +1,7 @@
-"""`python -m feedlog_server ...` is `feedlog serve ...`."""
+"""`python -m feedlog_server ...` is `feedlog serve ...`, and ends as `feedlog` does (feedlog/leave.py)."""
 
-import sys
+from feedlog.leave import leave
 
 from .serve import main
 
-sys.exit(main())
+leave(main())

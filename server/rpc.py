@@ -286,7 +286,9 @@ def serve_forever(server: Startable) -> None:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start()
-        while not done.wait(3600):
+        # Python runs a signal's handler in the main thread, between bytecodes: a signal the kernel
+        # hands to another thread (gRPC's) is only seen once this thread wakes, so it wakes each second
+        while not done.wait(1.0):
             pass
     finally:
         faulthandler.dump_traceback_later(SLOW_STOP_S)  # a stop that hangs says where

@@ -45,6 +45,7 @@ LAYERS: tuple[Mapping[str, tuple[str, ...]], ...] = (
             "feedlog.clock",
             "feedlog.extras",
             "feedlog.failpoints",
+            "feedlog.leave",
             "feedlog.pb",
             "feedlog.rpc",
             "feedlog.version",

@@ -13,7 +13,6 @@ package's (`feedlog_server.serve`).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import sys
@@ -22,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn, TextIO
 
 from .. import errors, extras
+from ..leave import leave
 from .args import Handler, Parser, UsageError
 from .fmt import error_line, interrupted_line
 
@@ -133,13 +133,5 @@ def os_error_text(e: OSError) -> str:
 
 
 def entrypoint() -> NoReturn:
-    code = main()
-    # The command is done and has said everything. Leave without the interpreter's shutdown: pyarrow
-    # 25/26 can abort in its C++ static destructors after a command that read Parquet ("terminate
-    # called without an active exception", exit 134 after complete output; seen under load in the
-    # README run). Nothing of ours needs atexit: files are closed by their `with` blocks, servers
-    # stopped, and a Spark JVM exits when its gateway pipe to this process closes.
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that left (`| head`), or a closed stream
-            stream.flush()
-    os._exit(code)
+    # The command is done and has said everything: leave without the interpreter's shutdown (leave.py)
+    leave(main())
