@@ -1,9 +1,14 @@
 """An S3-compatible server on loopback for the object-storage tests: moto's standalone server.
 
-`s3_server` (session scope) starts moto's server (`python -m moto.server`) in a process of its own
+`s3_server` (session scope) starts moto's server (`MOTO_SERVER`) in a process of its own
 on 127.0.0.1 at a free port, creates the bucket `lake`, and checks the server refuses a second
 `If-None-Match: *` put (the conditional create feedlog's filesystem committer relies on) before
 any test relies on it. Import `s3_server_fixture` into a test module to use the fixture `s3_server`.
+
+moto checks a put's `If-None-Match` / `If-Match` and then writes, with nothing between the two, and
+its server is threaded: two writers racing to create one commit could both be told they won (a full
+run once saw two writer processes both acknowledged version 18). S3 decides a conditional write
+atomically; `MOTO_SERVER` serialises moto's conditional writes to do the same.
 
 The server must not run in the tests' own process (moto's ThreadedMotoServer): deltalake reads
 Parquet through an Arrow stream whose `read_all` holds the GIL while it waits for the store, so a
@@ -31,6 +36,26 @@ from typing import Any
 import pytest
 
 BUCKET = "lake"
+#: moto's server (`python -m moto.server -H HOST -p PORT`), its conditional writes made atomic as S3's are
+MOTO_SERVER = """
+import os, signal, sys, threading
+os.environ.setdefault("MOTO_PORT", sys.argv[2])  # as moto's own main does
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+
+app = DomainDispatcherApplication(create_backend_app)
+app.debug = True  # as moto's own main does
+conditional = threading.Lock()
+
+def atomic(environ, start_response):
+    if environ.get("HTTP_IF_NONE_MATCH") or environ.get("HTTP_IF_MATCH"):
+        with conditional:  # the condition's check and the write it guards, as one step
+            return list(app(environ, start_response))
+    return app(environ, start_response)
+
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+run_simple(sys.argv[1], int(sys.argv[2]), atomic, threaded=True, request_handler=MotoRequestHandler)
+"""
 #: how long the server may take to answer its first request
 START_TIMEOUT_S = 30.0
 
@@ -111,7 +136,7 @@ def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
     with tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False) as log:
         # stdout and stderr to a file: one request log line per call would fill a pipe and stall it
         process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-c", MOTO_SERVER, "127.0.0.1", str(port)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
