@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from feedlog.errors import InvalidArgument, Unavailable
-from feedlog.log.feed import Feed, Write
+from feedlog.log.feed import Appended, Feed, Write
 from feedlog_server.group_commit import GroupCommitter, Result
 
 
@@ -78,7 +79,7 @@ def test_a_full_group_hands_the_lead_to_the_next_blocked_caller(tmp_path: Path) 
     leaders: set[str] = set()
     real_append = feed.append
 
-    def append(writes: list[Write]) -> object:
+    def append(writes: Sequence[Write]) -> list[Appended]:
         leaders.add(threading.current_thread().name)
         return real_append(writes)
 
