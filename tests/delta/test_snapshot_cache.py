@@ -181,3 +181,62 @@ def test_a_table_without_checkpoints_is_read_once_by_open_and_snapshot(
     # read when the state is remembered and when it is used)
     assert sorted(set(commits)) == [f"{v:020d}.json" for v in range(n + 1)]
     assert len(commits) <= n + 1 + delta_log._TAIL_SCAN + 2
+
+
+# ---- a handle catching up on a local disk looks up the next versions, it does not list the log ----
+
+
+def test_a_transaction_on_a_table_nobody_else_wrote_lists_nothing(
+    new_table: Callable[..., DeltaTable], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = new_table()
+    for i in range(3):
+        t.append(rows(i, 1))
+    other = DeltaTable.open(t.storage.location)
+    other.append(rows(10, 2))  # version 4, written by another handle
+    listed: list[str] = []
+    storage_list = LocalStorage.list
+
+    def counting(self: LocalStorage, *a: Any, **k: Any) -> Any:
+        listed.append(str(a[0] if a else k))
+        return storage_list(self, *a, **k)
+
+    monkeypatch.setattr(LocalStorage, "list", counting)  # the real listing, counted
+    tx = t.transaction()
+    assert tx.base.version == 4 and t.snapshot().num_records() == 5  # the other handle's commit seen
+    assert listed == []  # versions 4 and 5 looked up (found, not found): `_delta_log` was not listed
+
+
+def test_a_handle_whose_version_was_cleaned_up_lists_and_reads_the_latest(
+    new_table: Callable[..., DeltaTable], clock: Any
+) -> None:
+    t = new_table()
+    t.append(rows(0, 1))
+    reader = DeltaTable.open(t.storage.location, clock=clock)
+    assert reader.snapshot().version == 1
+    for i in range(5):
+        t.append(rows(10 + i, 1))
+    t.checkpoint()
+    clock.advance(30 * 86_400_000)
+    deleted = t.cleanup(retain_ms=0)
+    assert "_delta_log/00000000000000000001.json" in deleted  # the reader's version is gone
+    # version 2 is gone too: looking up the versions after 1 would find none, and take the table
+    # for unchanged; its own commit missing tells the reader to list instead
+    s = reader.snapshot()
+    assert s.version == 6 and s.num_records() == 6
+    assert reader.append(rows(20, 1)).version == 7
+
+
+def test_a_handle_further_behind_than_the_lookups_lists_once(new_table: Callable[..., DeltaTable]) -> None:
+    t = new_table()
+    reader = DeltaTable.open(t.storage.location)
+    assert reader.snapshot().version == 0
+    n = delta_log._PROBE_LIMIT + 5
+    for i in range(n):
+        t.append(rows(i, 1))
+    storage = reader.storage
+    assert isinstance(storage, LocalStorage)
+    assert delta_log._probe_commits_after(storage, 0) is None  # too far: a listing is cheaper
+    assert sorted(delta_log.commits_after(storage, 0)) == list(range(1, n + 1))
+    s = reader.snapshot()
+    assert s.version == n and s.num_records() == n
