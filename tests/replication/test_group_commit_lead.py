@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -15,6 +15,22 @@ import pytest
 from feedlog.errors import InvalidArgument, Unavailable
 from feedlog.log.feed import Appended, Feed, Write
 from feedlog_server.group_commit import GroupCommitter, Result
+
+
+@pytest.fixture
+def unsynced(tmp_path: Path) -> Iterator[Callable[..., tuple[Feed, GroupCommitter]]]:
+    """A feed without fsync and its group committer (`max_batch` as given), both closed afterwards."""
+    made: list[tuple[Feed, GroupCommitter]] = []
+
+    def make(max_batch: int = 10_000) -> tuple[Feed, GroupCommitter]:
+        feed = Feed.create(tmp_path / f"f{len(made)}", timestamps="exact", fsync=False)
+        made.append((feed, GroupCommitter(feed, lambda: None, max_batch=max_batch)))
+        return made[-1]
+
+    yield make
+    for feed, gc in made:
+        gc.close()
+        feed.close()
 
 
 def test_leading_callers_and_the_committer_thread_commit_every_entry_once(tmp_path: Path) -> None:
@@ -52,29 +68,27 @@ def test_leading_callers_and_the_committer_thread_commit_every_entry_once(tmp_pa
         feed.close()
 
 
-def test_a_leader_commits_its_own_entry_and_a_refused_member_fails_alone(tmp_path: Path) -> None:
-    feed = Feed.create(tmp_path / "f", timestamps="exact", fsync=False)
-    gc = GroupCommitter(feed, lambda: None)
-    try:
-        with gc._cond:  # (reentrant) the committer thread cannot take the queue while this is held
-            futs: list[Future[Result]] = [gc.submit([Write(f"/k{i}", b"v")]) for i in range(5)]
-            hostile = gc.submit([Write("/evil", b"x", False, (1 << 64) - 1)])
-            before = gc.batches
-            (mine,), _ = gc.put([Write("/mine", b"v")], 5)
-            assert gc.batches > before  # committed in this thread, not handed to another
-        assert sorted([*(f.result(5)[0][0].seq for f in futs), mine.seq]) == list(range(1, 7))
-        with pytest.raises(InvalidArgument, match="TTL"):
-            hostile.result(5)
-    finally:
-        gc.close()
-        feed.close()
+def test_a_leader_commits_its_own_entry_and_a_refused_member_fails_alone(
+    unsynced: Callable[..., tuple[Feed, GroupCommitter]],
+) -> None:
+    _feed, gc = unsynced()
+    with gc._cond:  # (reentrant) the committer thread cannot take the queue while this is held
+        futs: list[Future[Result]] = [gc.submit([Write(f"/k{i}", b"v")]) for i in range(5)]
+        hostile = gc.submit([Write("/evil", b"x", False, (1 << 64) - 1)])
+        before = gc.batches
+        (mine,), _ = gc.put([Write("/mine", b"v")], 5)
+        assert gc.batches > before  # committed in this thread, not handed to another
+    assert sorted([*(f.result(5)[0][0].seq for f in futs), mine.seq]) == list(range(1, 7))
+    with pytest.raises(InvalidArgument, match="TTL"):
+        hostile.result(5)
 
 
-def test_a_full_group_hands_the_lead_to_the_next_blocked_caller(tmp_path: Path) -> None:
+def test_a_full_group_hands_the_lead_to_the_next_blocked_caller(
+    unsynced: Callable[..., tuple[Feed, GroupCommitter]],
+) -> None:
     # groups of at most 2 entries: 9 blocked callers need 5 commits, each led by a caller of the
     # queue (the committer thread takes none: only pipelined submits wake it)
-    feed = Feed.create(tmp_path / "f", timestamps="exact", fsync=False)
-    gc = GroupCommitter(feed, lambda: None, max_batch=2)
+    feed, gc = unsynced(max_batch=2)
     results: dict[int, int] = {}
     leaders: set[str] = set()
     real_append = feed.append
@@ -84,42 +98,35 @@ def test_a_full_group_hands_the_lead_to_the_next_blocked_caller(tmp_path: Path) 
         return real_append(writes)
 
     feed.append = append  # type: ignore[method-assign]
-    try:
-        with feed.core.lock:  # the first leader waits here: the others queue behind it
-            threads = [
-                threading.Thread(
-                    target=lambda i=i: results.__setitem__(i, gc.put([Write(f"/k{i}", b"v")], 10)[0][0].seq),
-                    name=f"caller-{i}",
-                )
-                for i in range(9)
-            ]
-            for th in threads:
-                th.start()
-            deadline = time.monotonic() + 5
-            while len(gc._queue) < 8 and time.monotonic() < deadline:
-                time.sleep(0.01)
+    with feed.core.lock:  # the first leader waits here: the others queue behind it
+        threads = [
+            threading.Thread(
+                target=lambda i=i: results.__setitem__(i, gc.put([Write(f"/k{i}", b"v")], 10)[0][0].seq),
+                name=f"caller-{i}",
+            )
+            for i in range(9)
+        ]
         for th in threads:
-            th.join(10)
-        assert sorted(results.values()) == list(range(1, 10))
-        assert gc.batches == 5 and leaders <= {f"caller-{i}" for i in range(9)}
-    finally:
-        gc.close()
-        feed.close()
+            th.start()
+        deadline = time.monotonic() + 5
+        while len(gc._queue) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    for th in threads:
+        th.join(10)
+    assert sorted(results.values()) == list(range(1, 10))
+    assert gc.batches == 5 and leaders <= {f"caller-{i}" for i in range(9)}
 
 
-def test_a_blocked_caller_past_its_deadline_leaves_the_queue_and_nothing_is_written(tmp_path: Path) -> None:
-    feed = Feed.create(tmp_path / "f", timestamps="exact", fsync=False)
-    gc = GroupCommitter(feed, lambda: None)
-    try:
-        with gc._cond:
-            gc._busy = True  # a group being committed that never ends
-        with pytest.raises(Unavailable, match="nothing was written"):
-            gc.put([Write("/late", b"v")], 0.05)
-        assert not gc._queue
-        with gc._cond:
-            gc._busy = False
-        (a,), _ = gc.put([Write("/next", b"v")], 5)
-        assert a.seq == 1 and feed.length == 2  # the header and /next: /late never landed
-    finally:
-        gc.close()
-        feed.close()
+def test_a_blocked_caller_past_its_deadline_leaves_the_queue_and_nothing_is_written(
+    unsynced: Callable[..., tuple[Feed, GroupCommitter]],
+) -> None:
+    feed, gc = unsynced()
+    with gc._cond:
+        gc._busy = True  # a group being committed that never ends
+    with pytest.raises(Unavailable, match="nothing was written"):
+        gc.put([Write("/late", b"v")], 0.05)
+    assert not gc._queue
+    with gc._cond:
+        gc._busy = False
+    (a,), _ = gc.put([Write("/next", b"v")], 5)
+    assert a.seq == 1 and feed.length == 2  # the header and /next: /late never landed
