@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,22 @@ from feedlog_server.app import PeerServer
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "FEEDLOG_PROGRESS_EVERY": "5"}
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Commands started inside take Ctrl-C as usual even when the suite itself was started with SIGINT
+    ignored (a shell's background job, nohup): children inherit an ignored signal and Python leaves it
+    ignored, so the command would finish instead of reporting the interruption. A handler, unlike
+    SIG_IGN, is reset to the default by exec; set in this (main) thread, not in the child after fork."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def feedlog(
@@ -323,14 +340,15 @@ def read_until(stream: Callable[[], str], pattern: str, deadline: float) -> str:
 
 def test_interrupted_append_says_what_landed_and_how_to_resume(tmp_path: Path, feed: str) -> None:
     env = {**ENV, "FEEDLOG_PROGRESS_EVERY": "0"}  # a report after every batch: the test sees them land
-    p = subprocess.Popen(
-        [sys.executable, "-m", "feedlog", "append", feed, "--jsonl", "-", "--batch", "100"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    with interruptible():
+        p = subprocess.Popen(
+            [sys.executable, "-m", "feedlog", "append", feed, "--jsonl", "-", "--batch", "100"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
     assert p.stdin is not None and p.stderr is not None
     try:
         p.stdin.write("\n" + lines_of(1050))  # a blank first line: input lines and entries differ by one
@@ -374,13 +392,14 @@ def test_interrupted_verify_says_how_far_it_got(tmp_path: Path) -> None:
         for n in range(40):
             f.append([Write(f"k{n}-{i}", b"v" * 64) for i in range(5000)])
     env = {**ENV, "FEEDLOG_PROGRESS_EVERY": "0"}
-    p = subprocess.Popen(
-        [sys.executable, "-m", "feedlog", "verify", str(big)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    with interruptible():
+        p = subprocess.Popen(
+            [sys.executable, "-m", "feedlog", "verify", str(big)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
     assert p.stderr is not None
     try:
         read_until(p.stderr.readline, r"feedlog: verify: 4,096 of 200,001 blocks", time.monotonic() + 60)
@@ -421,13 +440,14 @@ def test_on_a_terminal_the_interruption_starts_its_own_line_after_the_bar(feed: 
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    p = subprocess.Popen(
-        [sys.executable, "-m", "feedlog", "append", feed, "--jsonl", "-", "--batch", "100"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        env=ENV,
-    )
+    with interruptible():
+        p = subprocess.Popen(
+            [sys.executable, "-m", "feedlog", "append", feed, "--jsonl", "-", "--batch", "100"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env=ENV,
+        )
     os.close(slave)
     screen = b""
 
