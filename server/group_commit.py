@@ -112,11 +112,9 @@ class GroupCommitter:
             if not lead:
                 left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
                 if not me.wake.acquire(timeout=left):
-                    self._timed_out(me)
-                    if not me.lead:
-                        break  # done meanwhile
+                    self._timed_out(me)  # raises, or returns: answered or handed the lead meanwhile
                 if not me.lead:
-                    break  # done
+                    break  # answered
             with self._cond:
                 me.lead = False
                 group = self._group()

@@ -232,8 +232,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         committer, writes = self._checked(request)
         return committer.submit(writes)
 
-    def _put_response(self, result: Future[Result] | Result) -> pb.PutResponse:
-        appended, state = result.result() if isinstance(result, Future) else result
+    def _put_response(self, result: Result) -> pb.PutResponse:
+        appended, state = result
         resp = pb.PutResponse(state=wire.state_pb(state))
         for a in appended:
             m = resp.appended.add(seq=a.seq)
@@ -290,7 +290,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                 return
             if isinstance(item, FeedlogError):
                 raise item
-            yield self._put_response(item)
+            yield self._put_response(item.result())
 
     @streaming
     def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
