@@ -71,37 +71,66 @@ def timestamp_range(content_type: str, start: int, blocks: Sequence[bytes | None
     header, and cleared blocks (None) hold none; a block that is not a valid
     entry is data to a replica and holds none either.
     """
+    return timestamp_ranges(content_type, start, blocks, [len(blocks)])[0]
+
+
+def timestamp_ranges(
+    content_type: str, start: int, blocks: Sequence[bytes | None], lengths: Sequence[int]
+) -> list[tuple[int, int]]:
+    """`timestamp_range` of each of consecutive batches, `lengths` blocks each (summing to
+    `len(blocks)`), scanned as one: a replica stores a message's batches (some ten of a thousand
+    blocks) with one scan, not one each, whose fixed numpy cost per step was most of it."""
+    if sum(lengths) != len(blocks):
+        raise ValueError(f"batch lengths {sum(lengths)} do not add up to {len(blocks)} blocks")
+    has, ts = _block_timestamps(content_type, start, blocks)
+    out, a = [], 0
+    for n in lengths:
+        out.append(_fold(ts[a : a + n][has[a : a + n]]))
+        a += n
+    return out
+
+
+def _block_timestamps(content_type: str, start: int, blocks: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(has a timestamp, timestamp as uint64) of each block, as `scan_blocks(strict=False)` reads it."""
+    total = len(blocks)
+    has = np.zeros(total, bool)
+    ts = np.zeros(total, np.uint64)
     first = 1 if start == 0 else 0
-    seqs: Sequence[int] = range(start + first, start + len(blocks))
+    where: Sequence[int] = range(first, total)  # positions in `blocks` of the blocks scanned
     rows = blocks[first:]
     if None in rows:  # cleared blocks (a C-level scan: a generator here cost a quarter of the whole)
-        seqs = [seq for seq, b in zip(seqs, rows, strict=True) if b is not None]
+        where = [i for i, b in zip(where, rows, strict=True) if b is not None]
         rows = [b for b in rows if b is not None]
     present = cast(Sequence[bytes], rows)
     n = len(present)
     if n < MIN_COLUMNS:
-        found = [_reference_ts(content_type, seq, b) for seq, b in zip(seqs, present, strict=True)]
-        return _fold(np.array([t for t in found if t is not None], np.uint64))
+        for i, b in zip(where, present, strict=True):
+            t = _reference_ts(content_type, start + i, b)
+            if t is not None:
+                has[i], ts[i] = True, t
+        return has, ts
     sizes = np.fromiter(map(len, present), np.int64, n)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     starts, ends = offsets[:-1], offsets[1:]
     buf = np.frombuffer(b"".join(present) + PAD, np.uint8)
-    has = np.zeros(n, bool)
-    ts = np.zeros(n, np.uint64)
+    p_has = np.zeros(n, bool)
+    p_ts = np.zeros(n, np.uint64)
     rest = np.arange(n)
     if content_type != DRIVE_EVENT:  # most blocks: as encode_entry lays them out
         ok, w_has, w_ts = _writer_shape(buf, starts, ends)
-        has[ok], ts[ok] = w_has[ok], w_ts[ok]
+        p_has[ok], p_ts[ok] = w_has[ok], w_ts[ok]
         rest = np.flatnonzero(~ok)
     if rest.size:  # the others: any field order, unknown fields, drive events
         g_has, g_ts, bad = _any_shape(content_type, buf, starts[rest], ends[rest])
-        has[rest], ts[rest] = g_has & ~bad, g_ts
+        p_has[rest], p_ts[rest] = g_has & ~bad, g_ts
         for i in rest[bad].tolist():  # and what the scan cannot read exactly: upb's
-            t = _reference_ts(content_type, seqs[i], present[i])
+            t = _reference_ts(content_type, start + where[i], present[i])
             if t is not None:
-                has[i], ts[i] = True, t
-    return _fold(ts[has])
+                p_has[i], p_ts[i] = True, t
+    at = slice(first, total) if isinstance(where, range) else np.asarray(where, np.int64)
+    has[at], ts[at] = p_has, p_ts
+    return has, ts
 
 
 #: InflatedEntry's fields as encode_entry writes them, in its order: (tag byte, length-delimited, required)

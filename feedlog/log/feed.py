@@ -338,13 +338,33 @@ class Feed:
 
     def store_signed(self, blocks: Sequence[bytes], state: TreeState, *, sync: bool = True) -> None:
         """Store a batch its author signed (replication); refused unless it verifies."""
-        from .entry_scan import timestamp_range  # here: numpy and pyarrow cost every command's start
+        self.store_signed_many([(blocks, state)], sync=sync)
 
+    def store_signed_many(self, batches: Sequence[tuple[Sequence[bytes], TreeState]], *, sync: bool = True) -> int:
+        """`store_signed` for consecutive batches, their timestamps scanned as one (a replica's
+        message holds many). Each is verified and stored in turn: one that fails raises, the
+        ones before it stay stored. Returns the blocks stored."""
+        from .entry_scan import timestamp_ranges  # here: numpy and pyarrow cost every command's start
+
+        if not batches:
+            return 0
         start = self.core.length
-        content_type = entries.decode_header(blocks[0]) if start == 0 and blocks else self.content_type
-        lo, hi = timestamp_range(content_type, start, blocks)  # scan_blocks(strict=False), a batch at a time
-        self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=sync)
-        self._stored(start, content_type)
+        first = batches[0][0]
+        content_type = entries.decode_header(first[0]) if start == 0 and first else self.content_type
+        every = [b for blocks, _ in batches for b in blocks] if len(batches) > 1 else first
+        # scan_blocks(strict=False) of each batch, all at once
+        ranges = timestamp_ranges(content_type, start, every, [len(blocks) for blocks, _ in batches])
+        stored = 0
+        try:
+            for (blocks, state), (lo, hi) in zip(batches, ranges, strict=True):
+                self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=False)
+                if not stored:
+                    self._stored(start, content_type)
+                stored += len(blocks)
+        finally:
+            if sync and stored and self.core.fsync:  # one fsync for them all; on an error too, for those stored
+                self.core.sync()
+        return stored
 
     def append_with_signature(
         self, expected_length: int, blocks: Sequence[bytes], signature: bytes, *, fork: int = 0

@@ -75,9 +75,11 @@ def store_responses(
                 roots = wire.nodes_of(resp.roots, source)
                 if merkle.roots_hash(roots) != feed.core.state.tree_hash:
                     _fork_at(feed, roots, itertools.chain([resp], it), source, budget)
-            grew = False
+            # the message's signed batches, stored together (one timestamp scan: Feed.store_signed_many)
+            batches: list[tuple[list[bytes], TreeState]] = []
+            held = feed.length  # where `pending` starts
             for m in resp.segments:
-                expected = feed.length + len(pending)
+                expected = held + len(pending)
                 if m.start != expected:
                     raise Corruption(f"{source}: sent blocks from {m.start}, expected {expected}")
                 if m.cleared:
@@ -89,18 +91,13 @@ def store_responses(
                 unsynced += unsigned.last
                 pending.extend(m.blocks)
                 if m.HasField("state"):
-                    state = wire.state_of(m.state)
-                    try:
-                        feed.store_signed(pending, state, sync=False)
-                    except Corruption as e:
-                        raise type(e)(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
-                    except InvalidArgument as e:  # e.g. a state whose length does not fit the blocks
-                        raise Corruption(f"{source}: rejected blocks {feed.length}..{state.length - 1}: {e}") from None
-                    stored += len(pending)
+                    batches.append((pending, wire.state_of(m.state)))
+                    held += len(pending)
                     pending = []
                     unsigned.signed()
-                    grew = True
-            if grew and (on_stored is not None or unsynced >= SYNC_BYTES):
+            if batches:
+                stored += _store(feed, batches, source)
+            if batches and (on_stored is not None or unsynced >= SYNC_BYTES):
                 feed.core.sync()
                 unsynced = 0
                 if on_stored is not None:
@@ -113,6 +110,21 @@ def store_responses(
             f"{source}: the stream ended after {len(pending)} blocks from {feed.length} that were never signed"
         )
     return stored
+
+
+def _store(feed: Feed, batches: list[tuple[list[bytes], TreeState]], source: str) -> int:
+    """Verify and store a message's signed batches in order; the first one refused stops it, named."""
+    length = feed.length
+    try:
+        return feed.store_signed_many(batches, sync=False)
+    except (Corruption, InvalidArgument) as e:  # e.g. a state whose length does not fit the blocks
+        kind = Corruption if isinstance(e, InvalidArgument) else type(e)
+        first, done = feed.length, length
+        for blocks, state in batches:  # which batch: the one the feed stopped before
+            if done == first:
+                raise kind(f"{source}: rejected blocks {first}..{state.length - 1}: {e}") from None
+            done += len(blocks)
+        raise
 
 
 def _fork_at(feed: Feed, roots: list[Node], responses: Iterator[pb.ReadResponse], source: str, budget: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from feedlog.log.entries import DRIVE_EVENT, ENTRY, encode_entry, encode_header, scan_blocks
-from feedlog.log.entry_scan import MIN_COLUMNS, timestamp_range
+from feedlog.log.entry_scan import MIN_COLUMNS, timestamp_range, timestamp_ranges
 from tests.log.test_entry_columns import entry_block, varint
 
 TS = st.one_of(st.just(0), st.integers(0, 2**40), st.integers(0, 2**64 - 1))
@@ -105,3 +106,26 @@ def test_the_column_decoder_refuses_tags_upb_refuses() -> None:
     for extra in (varint((2**29) << 3) + b"\x01", bytes([0xD8, 0x80, 0x80, 0x80, 0x80, 0x00]) + b"\x01"):
         with pytest.raises(Corruption, match="block 1 is not an entry"):
             decode_columns(ENTRY, [1], [ok(1) + extra])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([ENTRY, DRIVE_EVENT]), batch(ENTRY), st.lists(st.integers(0, 40), max_size=6))
+def test_batches_scanned_together_get_their_own_ranges(
+    content_type: str, b: tuple[int, list[bytes | None]], cuts: list[int]
+) -> None:
+    """A message's batches scanned as one (a replica's store) give each batch the range it has alone."""
+    start, blocks = b
+    bounds = sorted({0, len(blocks), *(min(c, len(blocks)) for c in cuts)})
+    lengths = [hi - lo for lo, hi in pairwise(bounds)] or [0]
+    got = timestamp_ranges(content_type, start, blocks, lengths)
+    want, lo = [], 0
+    for n in lengths:
+        # a batch after the first starts past block 0: only the first may hold the header
+        want.append(scan_blocks(content_type, start + lo, blocks[lo : lo + n], strict=False))
+        lo += n
+    assert got == want
+
+
+def test_batch_lengths_must_cover_the_blocks() -> None:
+    with pytest.raises(ValueError, match="do not add up"):
+        timestamp_ranges(ENTRY, 1, [ok(1), ok(2)], [1])
