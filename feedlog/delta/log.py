@@ -231,7 +231,8 @@ def commits_after(storage: Storage, version: int) -> dict[int, FileInfo]:
 
 def _probe_commits_after(storage: LocalStorage, version: int) -> dict[int, FileInfo] | None:
     """`commits_after` on a local disk by asking for each next version's file, None if `version`'s own
-    commit is gone (cleaned up: newer commits may be gone too, so only a listing can tell).
+    commit is gone (cleaned up: newer commits may be gone too, so only a listing can tell) or
+    not there yet in a way the lookups cannot settle.
 
     A directory has no list-from: listing `_delta_log` reads every name in it, ~5 ms per 10,000
     commits, and a writer's every transaction asked for it (a table written every 10 s keeps
@@ -242,6 +243,15 @@ def _probe_commits_after(storage: LocalStorage, version: int) -> dict[int, FileI
     """
     root = os.path.join(storage.root, LOG_DIR)
     if not os.path.exists(os.path.join(root, f"{version:020d}.json")):
+        # Not yet backfilled (a managed table's latest commits are ratified first, copied here
+        # after, in order), so no later one is here either? Only if nothing may have been cleaned
+        # up from it on: an older commit is still here, and no checkpoint past it (a cleanup that
+        # deletes out of order, as an object store's batch delete does, deletes only below one).
+        below = range(version - 1, max(version - 1 - _PROBE_LIMIT, -1), -1)
+        if any(os.path.exists(os.path.join(root, f"{v:020d}.json")) for v in below):
+            newest = _last_checkpoint_version(storage)
+            if newest is None or newest < version:
+                return {}
         return None
     commits: dict[int, FileInfo] = {}
     for v in range(version + 1, version + 1 + _PROBE_LIMIT):

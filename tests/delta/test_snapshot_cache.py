@@ -3,6 +3,7 @@ commits written since, and the cache never serves another table's state or a sta
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -240,3 +241,58 @@ def test_a_handle_further_behind_than_the_lookups_lists_once(new_table: Callable
     assert sorted(delta_log.commits_after(storage, 0)) == list(range(1, n + 1))
     s = reader.snapshot()
     assert s.version == n and s.num_records() == n
+
+
+def test_a_managed_table_whose_latest_is_not_backfilled_yet_lists_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its handle's version is ratified but not yet in `_delta_log` (backfill in batches): an older
+    commit there says nothing was cleaned up, so the lookups settle it without a listing."""
+    from feedlog.delta.managed import Binding
+
+    t = DeltaTable.create(
+        tmp_path / "t", rows(0, 1).schema, owner=Binding.feedlog(db=str(tmp_path / "o.db"), batch_size=100)
+    )
+    for i in range(3):
+        t.append(rows(i, 1))
+    assert not (tmp_path / "t" / "_delta_log" / f"{3:020d}.json").exists()  # ratified, not backfilled
+    storage = t.storage
+    assert isinstance(storage, LocalStorage)
+    assert delta_log._probe_commits_after(storage, 3) == {}
+    other = DeltaTable.open(
+        t.storage.location, owner=Binding.feedlog(db=str(tmp_path / "o.db")), owner_token=t.owner_token
+    )
+    other.append(rows(10, 2))  # version 4, ratified by another handle: the owner names it
+    listed: list[str] = []
+    storage_list = LocalStorage.list
+
+    def counting(self: LocalStorage, *a: Any, **k: Any) -> Any:
+        listed.append(str(a[0] if a else k))
+        return storage_list(self, *a, **k)
+
+    monkeypatch.setattr(LocalStorage, "list", counting)
+    assert t.transaction().base.version == 4 and t.snapshot().num_records() == 5
+    assert "_delta_log" not in " ".join(listed)
+
+
+def test_a_missing_commit_below_a_newer_checkpoint_is_settled_by_a_listing(
+    new_table: Callable[..., DeltaTable],
+) -> None:
+    """A cleanup that deletes out of order (an object store's batch delete, interrupted) leaves older
+    commits beside a hole: with a checkpoint past the hole, only a listing can tell what is there."""
+    t = new_table()
+    reader = DeltaTable.open(t.storage.location)
+    for i in range(4):
+        t.append(rows(i, 1))
+    assert reader.snapshot().version == 4
+    for i in range(3):
+        t.append(rows(10 + i, 1))
+    t.checkpoint()  # version 7
+    root = t.storage.location
+    for v in (4, 5):  # the hole: the reader's version and the next, older ones kept
+        os.remove(os.path.join(root, "_delta_log", f"{v:020d}.json"))
+    storage = reader.storage
+    assert isinstance(storage, LocalStorage)
+    assert delta_log._probe_commits_after(storage, 4) is None
+    s = reader.snapshot()
+    assert s.version == 7 and s.num_records() == 7
