@@ -169,9 +169,13 @@ class LocalStorage:
     def _write_temp(self, path: str, data: bytes) -> str:
         final = self._abs(path)
         directory = os.path.dirname(final)
-        os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:  # the directory first (not before every write: a mkdir that finds
+            # it there still locks the parent, and cost a committer as much as its fsync)
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
             while view:
