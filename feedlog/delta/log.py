@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..errors import Corruption, FeedlogError, NotFound, Unavailable
 from . import checkpoint
-from .actions import Action, Add, Metadata, Protocol, Remove, decode_commit
+from .actions import MANAGED_COMMITS, Action, Add, Metadata, Protocol, Remove, decode_commit
 from .committer import LOG_DIR, commit_path
 from .managed.protocol import OwnerNotConsulted
 from .replay import TableState, foreign_owner
@@ -216,10 +216,11 @@ def _read_one(
     return checkpoint.finish(decoded, cp.version), decoded
 
 
-def commits_after(storage: Storage, version: int) -> dict[int, FileInfo]:
-    """Commit files of versions > `version` (a list-from: old files are not even looked at)."""
+def commits_after(storage: Storage, version: int, managed: bool = False) -> dict[int, FileInfo]:
+    """Commit files of versions > `version` (a list-from: old files are not even looked at); `managed`:
+    the table's commits are ratified by an owner before they are backfilled here."""
     if isinstance(storage, LocalStorage) and version >= 0:
-        probed = _probe_commits_after(storage, version)
+        probed = _probe_commits_after(storage, version, managed)
         if probed is not None:
             return probed
     commits = {}
@@ -229,10 +230,14 @@ def commits_after(storage: Storage, version: int) -> dict[int, FileInfo]:
     return commits
 
 
-def _probe_commits_after(storage: LocalStorage, version: int) -> dict[int, FileInfo] | None:
+def _managed(state: TableState) -> bool:
+    return state.protocol is not None and state.protocol.supports_writer_feature(MANAGED_COMMITS)
+
+
+def _probe_commits_after(storage: LocalStorage, version: int, managed: bool = False) -> dict[int, FileInfo] | None:
     """`commits_after` on a local disk by asking for each next version's file, None if `version`'s own
-    commit is gone (cleaned up: newer commits may be gone too, so only a listing can tell) or
-    not there yet in a way the lookups cannot settle.
+    commit is gone (cleaned up: newer commits may be gone too, so only a listing can tell), unless
+    the table is `managed` and the commit is only not backfilled yet.
 
     A directory has no list-from: listing `_delta_log` reads every name in it, ~5 ms per 10,000
     commits, and a writer's every transaction asked for it (a table written every 10 s keeps
@@ -243,15 +248,20 @@ def _probe_commits_after(storage: LocalStorage, version: int) -> dict[int, FileI
     """
     root = os.path.join(storage.root, LOG_DIR)
     if not os.path.exists(os.path.join(root, f"{version:020d}.json")):
-        # Not yet backfilled (a managed table's latest commits are ratified first, copied here
-        # after, in order), so no later one is here either? Only if nothing may have been cleaned
-        # up from it on: an older commit is still here, and no checkpoint past it (a cleanup that
-        # deletes out of order, as an object store's batch delete does, deletes only below one).
-        below = range(version - 1, max(version - 1 - _PROBE_LIMIT, -1), -1)
-        if any(os.path.exists(os.path.join(root, f"{v:020d}.json")) for v in below):
-            newest = _last_checkpoint_version(storage)
-            if newest is None or newest < version:
-                return {}
+        if not managed:
+            return None
+        # A managed table's commits are ratified first and copied here later, in order, up to a
+        # batch behind: not backfilled yet, so no later one is here either? Only if nothing may
+        # have been cleaned up from it on: an older commit is still here (looked for 1, 2, 4, ...
+        # versions back), and `_last_checkpoint` names no checkpoint past it (a cleanup that
+        # deletes out of order, as an object store's batch delete may, deletes only below one).
+        step, older = 1, version
+        while older > 0:
+            older = max(version - step, 0)
+            if os.path.exists(os.path.join(root, f"{older:020d}.json")):
+                newest = _last_checkpoint_version(storage)
+                return {} if newest is None or newest < version else None
+            step *= 2
         return None
     commits: dict[int, FileInfo] = {}
     for v in range(version + 1, version + 1 + _PROBE_LIMIT):
@@ -464,7 +474,7 @@ def _remembered(storage: Storage) -> TableState | None:
     if entry is None:
         return None
     stamp, cached = entry
-    newer = commits_after(storage, cached.version)
+    newer = commits_after(storage, cached.version, _managed(cached))
     versions = sorted(newer)
     if _fingerprint(storage, cached.version) != stamp or versions != list(
         range(cached.version + 1, cached.version + 1 + len(versions))
@@ -519,7 +529,7 @@ def catch_up(
     current = state
     for step in ("backfilled", "ratified"):
         if step == "backfilled":
-            newer = commits_after(storage, current.version)
+            newer = commits_after(storage, current.version, _managed(current))
         else:
             newer = dict(ratified(current.protocol, current.metadata, current.version + 1))
         versions = sorted(newer)

@@ -247,18 +247,22 @@ def test_a_managed_table_whose_latest_is_not_backfilled_yet_lists_nothing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its handle's version is ratified but not yet in `_delta_log` (backfill in batches): an older
-    commit there says nothing was cleaned up, so the lookups settle it without a listing."""
+    commit there, and no checkpoint past the version, say nothing was cleaned up, so the lookups
+    settle it without a listing."""
     from feedlog.delta.managed import Binding
 
     t = DeltaTable.create(
         tmp_path / "t", rows(0, 1).schema, owner=Binding.feedlog(db=str(tmp_path / "o.db"), batch_size=100)
     )
-    for i in range(3):
+    for i in range(2):
         t.append(rows(i, 1))
+    t.checkpoint()  # version 2, backfilled for it; `_last_checkpoint` names it
+    t.append(rows(2, 1))
     assert not (tmp_path / "t" / "_delta_log" / f"{3:020d}.json").exists()  # ratified, not backfilled
     storage = t.storage
     assert isinstance(storage, LocalStorage)
-    assert delta_log._probe_commits_after(storage, 3) == {}
+    assert delta_log._probe_commits_after(storage, 3, managed=True) == {}
+    assert delta_log._probe_commits_after(storage, 3) is None  # a table with no owner: cleaned up
     other = DeltaTable.open(
         t.storage.location, owner=Binding.feedlog(db=str(tmp_path / "o.db")), owner_token=t.owner_token
     )
@@ -279,7 +283,8 @@ def test_a_missing_commit_below_a_newer_checkpoint_is_settled_by_a_listing(
     new_table: Callable[..., DeltaTable],
 ) -> None:
     """A cleanup that deletes out of order (an object store's batch delete, interrupted) leaves older
-    commits beside a hole: with a checkpoint past the hole, only a listing can tell what is there."""
+    commits beside a hole: with a checkpoint past the hole, only a listing can tell what is there,
+    even on a managed table (where a missing latest commit is usually one not backfilled yet)."""
     t = new_table()
     reader = DeltaTable.open(t.storage.location)
     for i in range(4):
@@ -294,5 +299,7 @@ def test_a_missing_commit_below_a_newer_checkpoint_is_settled_by_a_listing(
     storage = reader.storage
     assert isinstance(storage, LocalStorage)
     assert delta_log._probe_commits_after(storage, 4) is None
+    # were the table managed, the hole would not pass for a commit not yet backfilled either
+    assert delta_log._probe_commits_after(storage, 4, managed=True) is None
     s = reader.snapshot()
     assert s.version == 7 and s.num_records() == 7
