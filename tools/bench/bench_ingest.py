@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -211,9 +212,9 @@ def main() -> None:
         # runs on this 2-core machine (the sink 0.65x in one run, 0.81x in the next)
         parquets, sinks = [], []
         for i in range(3):
-            parquets.append(timed(lambda i=i: cached.write.parquet(str(tmp / f"parquet{i}"))))
+            parquets.append(timed(partial(cached.write.parquet, str(tmp / f"parquet{i}"))))
             sink = cached.write.format("feedlog-delta").mode("append")
-            sinks.append(timed(lambda i=i, sink=sink: sink.save(str(tmp / f"sink{i}"))))
+            sinks.append(timed(partial(sink.save, str(tmp / f"sink{i}"))))
         t_parquet, t_sink = statistics.median(parquets), statistics.median(sinks)
         cached.unpersist()
 
