@@ -43,7 +43,12 @@ def _outcome(r: CommitResponse) -> pb.CommitOutcome:
     if isinstance(r, CommitConflict):
         winners = [pb.Commit(version=v, file=f) for v, f in r.winners]
         return pb.CommitOutcome(
-            committed=False, version=r.version, retryable=r.retryable, reason=r.reason, winners=winners
+            committed=False,
+            version=r.version,
+            retryable=r.retryable,
+            reason=r.reason,
+            winners=winners,
+            turn=r.turn,
         )
     return pb.CommitOutcome(committed=True, version=r.version)
 
@@ -74,7 +79,12 @@ class OwnerService:
     @unary
     def Commit(self, request: pb.StagedCommit, context: grpc.ServicerContext) -> pb.CommitOutcome:
         r = self.owner.commit(
-            _ref(request.table), request.version, request.file, request.in_commit_timestamp, auth_of(context)
+            _ref(request.table),
+            request.version,
+            request.file,
+            request.in_commit_timestamp,
+            auth_of(context),
+            request.turn or None,
         )
         return _outcome(r)
 
@@ -151,7 +161,14 @@ class OwnerServer:
         return f"grpc://{self.address}"
 
     def start(self) -> OwnerServer:
-        self.owner = LocalOwner(self.db, self.roots, storage_options=self.storage_options, background_backfill=True)
+        self.owner = LocalOwner(
+            self.db,
+            self.roots,
+            storage_options=self.storage_options,
+            background_backfill=True,
+            # a request waiting its turn holds a server thread: at most a quarter of them wait
+            max_waiters=max(1, self.workers // 4),
+        )
         try:
             recovered = self.owner.backfill_all()
         except FeedlogError as e:  # a table's files are damaged: serve the others, say so

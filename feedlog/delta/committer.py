@@ -41,14 +41,22 @@ class CommitConflict:
     reason: str = "another writer committed this version first"
     #: a commit owner's un-backfilled commits from `version` on, as (version, staged file name)
     winners: tuple[tuple[int, str], ...] = ()
+    #: the commit owner holds the table's next version for this transaction (managed/turns.py):
+    #: rebase and retry at once, no jitter
+    turn: bool = False
 
 
 CommitResponse = Committed | CommitConflict
 
 
 class Committer(Protocol):
-    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+    def commit(
+        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
+    ) -> CommitResponse:
         """Make `data` (the encoded `actions`) version `version`, or report a conflict.
+
+        `turn` names the transaction, the same on each of its attempts: a commit owner lets the
+        writers that lost races take turns (managed/turns.py); the filesystem has no one to ask.
 
         Callers commit the version after the one they read, never beyond: the filesystem committer
         cannot tell a gap (put-if-absent does not know the latest), and readers then report the log
@@ -67,7 +75,9 @@ class Committer(Protocol):
 class FilesystemCommitter:
     """Delta's default: the storage's atomic put-if-absent is the commit (PROTOCOL.md "Creation of New Log Entries")."""
 
-    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+    def commit(
+        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
+    ) -> CommitResponse:
         if storage.put_if_absent(commit_path(version), data):
             return Committed(version)
         return CommitConflict(version)

@@ -25,6 +25,7 @@ one in between is a Conflict (`claims_landed`).
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -342,6 +343,7 @@ class Transaction:
             check_writable(self.base.protocol, metadata=self.base.metadata)
         check_writable(self.protocol_after(self.base), metadata=self.metadata_after(self.base))
         base = self.base
+        turn = os.urandom(16)  # this transaction, to a commit owner: losers take turns (managed/turns.py)
         for attempt in range(1, self.max_attempts + 1):
             if self.claims and claims_landed(base.txns, self.claims):
                 return CommitResult(None, attempts=attempt, skipped=True)
@@ -350,7 +352,7 @@ class Transaction:
                 previous_ms = self.storage.stat(commit_path(base.version)).modified_ms
             actions, ict = self.plan(base, self.clock.now_ms(), self.ids(), previous_ms)
             version = base.version + 1
-            response = self.committer.commit(self.storage, version, encode_commit(actions), actions)
+            response = self.committer.commit(self.storage, version, encode_commit(actions), actions, turn)
             if not isinstance(response, CommitConflict):
                 after = base.copy()
                 after.apply(response.version, actions)
@@ -361,8 +363,10 @@ class Transaction:
                 raise Conflict(f"version 0 was taken: {response.reason}")
             base = self._rebase(base, version)  # raises on a real conflict, even after the last attempt
             # Retry at once, with at most a millisecond of jitter: a loser that backs off longer comes
-            # back staler and loses again, starving behind writers with fresher state.
-            time.sleep(random.uniform(0, 0.001))
+            # back staler and loses again, starving behind writers with fresher state. A commit
+            # owner that gave this transaction the next turn holds that version for it: no jitter.
+            if not response.turn:
+                time.sleep(random.uniform(0, 0.001))
         raise Conflict(f"gave up after {self.max_attempts} attempts: the table is too contended")
 
     def _rebase(self, base: TableState, lost: int) -> TableState:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65\x65\x64log/pb/owner.proto\x12\rfeedlog.owner\"*\n\x08TableRef\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"r\n\x0cStagedCommit\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x04 \x01(\x04\"R\n\x0fRegisterRequest\x12+\n\x06\x63ommit\x18\x01 \x01(\x0b\x32\x1b.feedlog.owner.StagedCommit\x12\x12\n\nbatch_size\x18\x02 \x01(\r\"~\n\rCommitOutcome\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12&\n\x07winners\x18\x05 \x03(\x0b\x32\x15.feedlog.owner.Commit\"R\n\x11GetCommitsRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x15\n\rstart_version\x18\x02 \x01(\x04\"D\n\x06\x43ommit\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x03 \x01(\x04\"L\n\x12GetCommitsResponse\x12&\n\x07\x63ommits\x18\x01 \x03(\x0b\x32\x15.feedlog.owner.Commit\x12\x0e\n\x06latest\x18\x02 \x01(\x03\"J\n\x0f\x42\x61\x63kfillRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x03\"&\n\x10\x42\x61\x63kfillResponse\x12\x12\n\nbackfilled\x18\x01 \x01(\x03\"!\n\rStatusRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\x85\x01\n\x0bTableStatus\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x12\n\nbackfilled\x18\x05 \x01(\x03\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x0f\n\x07tracked\x18\x07 \x01(\r2\xc6\x03\n\x0b\x43ommitOwner\x12H\n\x08Register\x12\x1e.feedlog.owner.RegisterRequest\x1a\x1c.feedlog.owner.CommitOutcome\x12\x43\n\x06\x43ommit\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12Q\n\nGetCommits\x12 .feedlog.owner.GetCommitsRequest\x1a!.feedlog.owner.GetCommitsResponse\x12K\n\x08\x42\x61\x63kfill\x12\x1e.feedlog.owner.BackfillRequest\x1a\x1f.feedlog.owner.BackfillResponse\x12\x44\n\x07Release\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12\x42\n\x06Status\x12\x1c.feedlog.owner.StatusRequest\x1a\x1a.feedlog.owner.TableStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65\x65\x64log/pb/owner.proto\x12\rfeedlog.owner\"*\n\x08TableRef\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x80\x01\n\x0cStagedCommit\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x04 \x01(\x04\x12\x0c\n\x04turn\x18\x05 \x01(\x0c\"R\n\x0fRegisterRequest\x12+\n\x06\x63ommit\x18\x01 \x01(\x0b\x32\x1b.feedlog.owner.StagedCommit\x12\x12\n\nbatch_size\x18\x02 \x01(\r\"\x8c\x01\n\rCommitOutcome\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12&\n\x07winners\x18\x05 \x03(\x0b\x32\x15.feedlog.owner.Commit\x12\x0c\n\x04turn\x18\x06 \x01(\x08\"R\n\x11GetCommitsRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x15\n\rstart_version\x18\x02 \x01(\x04\"D\n\x06\x43ommit\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x03 \x01(\x04\"L\n\x12GetCommitsResponse\x12&\n\x07\x63ommits\x18\x01 \x03(\x0b\x32\x15.feedlog.owner.Commit\x12\x0e\n\x06latest\x18\x02 \x01(\x03\"J\n\x0f\x42\x61\x63kfillRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x03\"&\n\x10\x42\x61\x63kfillResponse\x12\x12\n\nbackfilled\x18\x01 \x01(\x03\"!\n\rStatusRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\x85\x01\n\x0bTableStatus\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x12\n\nbackfilled\x18\x05 \x01(\x03\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x0f\n\x07tracked\x18\x07 \x01(\r2\xc6\x03\n\x0b\x43ommitOwner\x12H\n\x08Register\x12\x1e.feedlog.owner.RegisterRequest\x1a\x1c.feedlog.owner.CommitOutcome\x12\x43\n\x06\x43ommit\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12Q\n\nGetCommits\x12 .feedlog.owner.GetCommitsRequest\x1a!.feedlog.owner.GetCommitsResponse\x12K\n\x08\x42\x61\x63kfill\x12\x1e.feedlog.owner.BackfillRequest\x1a\x1f.feedlog.owner.BackfillResponse\x12\x44\n\x07Release\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12\x42\n\x06Status\x12\x1c.feedlog.owner.StatusRequest\x1a\x1a.feedlog.owner.TableStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,26 +33,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TABLEREF']._serialized_start=41
   _globals['_TABLEREF']._serialized_end=83
-  _globals['_STAGEDCOMMIT']._serialized_start=85
-  _globals['_STAGEDCOMMIT']._serialized_end=199
-  _globals['_REGISTERREQUEST']._serialized_start=201
-  _globals['_REGISTERREQUEST']._serialized_end=283
-  _globals['_COMMITOUTCOME']._serialized_start=285
-  _globals['_COMMITOUTCOME']._serialized_end=411
-  _globals['_GETCOMMITSREQUEST']._serialized_start=413
-  _globals['_GETCOMMITSREQUEST']._serialized_end=495
-  _globals['_COMMIT']._serialized_start=497
-  _globals['_COMMIT']._serialized_end=565
-  _globals['_GETCOMMITSRESPONSE']._serialized_start=567
-  _globals['_GETCOMMITSRESPONSE']._serialized_end=643
-  _globals['_BACKFILLREQUEST']._serialized_start=645
-  _globals['_BACKFILLREQUEST']._serialized_end=719
-  _globals['_BACKFILLRESPONSE']._serialized_start=721
-  _globals['_BACKFILLRESPONSE']._serialized_end=759
-  _globals['_STATUSREQUEST']._serialized_start=761
-  _globals['_STATUSREQUEST']._serialized_end=794
-  _globals['_TABLESTATUS']._serialized_start=797
-  _globals['_TABLESTATUS']._serialized_end=930
-  _globals['_COMMITOWNER']._serialized_start=933
-  _globals['_COMMITOWNER']._serialized_end=1387
+  _globals['_STAGEDCOMMIT']._serialized_start=86
+  _globals['_STAGEDCOMMIT']._serialized_end=214
+  _globals['_REGISTERREQUEST']._serialized_start=216
+  _globals['_REGISTERREQUEST']._serialized_end=298
+  _globals['_COMMITOUTCOME']._serialized_start=301
+  _globals['_COMMITOUTCOME']._serialized_end=441
+  _globals['_GETCOMMITSREQUEST']._serialized_start=443
+  _globals['_GETCOMMITSREQUEST']._serialized_end=525
+  _globals['_COMMIT']._serialized_start=527
+  _globals['_COMMIT']._serialized_end=595
+  _globals['_GETCOMMITSRESPONSE']._serialized_start=597
+  _globals['_GETCOMMITSRESPONSE']._serialized_end=673
+  _globals['_BACKFILLREQUEST']._serialized_start=675
+  _globals['_BACKFILLREQUEST']._serialized_end=749
+  _globals['_BACKFILLRESPONSE']._serialized_start=751
+  _globals['_BACKFILLRESPONSE']._serialized_end=789
+  _globals['_STATUSREQUEST']._serialized_start=791
+  _globals['_STATUSREQUEST']._serialized_end=824
+  _globals['_TABLESTATUS']._serialized_start=827
+  _globals['_TABLESTATUS']._serialized_end=960
+  _globals['_COMMITOWNER']._serialized_start=963
+  _globals['_COMMITOWNER']._serialized_end=1417
 # @@protoc_insertion_point(module_scope)

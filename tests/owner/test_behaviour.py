@@ -97,13 +97,13 @@ class FailedOver:
     def __init__(self, api: Any, token: str) -> None:
         self.api, self.token, self.armed = api, token, True
 
-    def commit(self, table: Any, version: int, staged: str, ict: int, auth: Any) -> Any:
-        first = self.api.commit(table, version, staged, ict, auth)
+    def commit(self, table: Any, version: int, staged: str, ict: int, auth: Any, turn: Any = None) -> Any:
+        first = self.api.commit(table, version, staged, ict, auth, turn)
         if not self.armed:
             return first
         self.armed = False
         self.api.backfill(table, version, auth)  # the other process backfills meanwhile
-        return self.api.commit(table, version, staged, ict, auth)  # the repeat, as the client sends it
+        return self.api.commit(table, version, staged, ict, auth, turn)  # the repeat, as the client sends it
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.api, name)

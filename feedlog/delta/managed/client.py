@@ -56,7 +56,7 @@ def _staged(t: TableRef, version: int, staged: str, ict: int) -> pb.StagedCommit
 def _outcome(o: pb.CommitOutcome) -> CommitResponse:
     if o.committed:
         return Committed(o.version)
-    return CommitConflict(o.version, o.retryable, o.reason, tuple((w.version, w.file) for w in o.winners))
+    return CommitConflict(o.version, o.retryable, o.reason, tuple((w.version, w.file) for w in o.winners), o.turn)
 
 
 class _Endpoint:
@@ -129,8 +129,13 @@ class GrpcOwner:
         request = pb.RegisterRequest(commit=_staged(table, version, staged, ict), batch_size=batch_size)
         return _outcome(self._call(lambda stub: stub.Register, request, auth))
 
-    def commit(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
-        return _outcome(self._call(lambda stub: stub.Commit, _staged(table, version, staged, ict), auth))
+    def commit(
+        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, turn: bytes | None = None
+    ) -> CommitResponse:
+        request = _staged(table, version, staged, ict)
+        if turn:
+            request.turn = turn
+        return _outcome(self._call(lambda stub: stub.Commit, request, auth))
 
     def release(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
         return _outcome(self._call(lambda stub: stub.Release, _staged(table, version, staged, ict), auth))

@@ -124,10 +124,12 @@ class ManagedCommitter:
         except NotFound:
             return False
 
-    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+    def commit(
+        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
+    ) -> CommitResponse:
         name, ict = self._stage(storage, version, data), ict_of(actions)
         return self._resolve(
-            storage, version, data, name, lambda: self.owner.commit(self.table, version, name, ict, self.auth)
+            storage, version, data, name, lambda: self.owner.commit(self.table, version, name, ict, self.auth, turn)
         )
 
     def register(
@@ -193,7 +195,9 @@ class Router:
         self.before = Binding.of(protocol, metadata)
         self.committer_for = committer_for
 
-    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+    def commit(
+        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
+    ) -> CommitResponse:
         protocol = next((a for a in actions if isinstance(a, Protocol)), self.protocol)
         metadata = next((a for a in actions if isinstance(a, Metadata)), self.metadata)
         try:
@@ -212,7 +216,7 @@ class Router:
         committer = self.committer_for(self.before, self.metadata.id, False)
         if how is Route.RELEASE:
             return committer.release(storage, version, data, actions)
-        return committer.commit(storage, version, data, actions)
+        return committer.commit(storage, version, data, actions, turn)
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
         if self.before is None or self.metadata is None:

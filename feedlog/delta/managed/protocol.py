@@ -339,8 +339,11 @@ class CommitOwner(TypingProtocol):
         (version 0 creates the table). Conflict if a filesystem writer took that version first."""
         ...
 
-    def commit(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
-        """Ratify version `version` iff version-1 is the latest ratified. Idempotent for the same staged file."""
+    def commit(
+        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, turn: bytes | None = None
+    ) -> CommitResponse:
+        """Ratify version `version` iff version-1 is the latest ratified. Idempotent for the same staged file.
+        `turn`: the transaction's id, the same on every attempt; writers that lose races take turns."""
         ...
 
     def get_commits(self, table: TableRef, start_version: int) -> Commits:

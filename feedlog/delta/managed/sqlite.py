@@ -56,6 +56,7 @@ from .places import Places
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
 from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide, decide_register, make_proposal
 from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
+from .turns import Turns
 
 #: table ids are UUIDs in practice
 _MAX_ID = 1024
@@ -248,6 +249,7 @@ class LocalOwner:
         storage_options: Mapping[str, str] | None = None,
         *,
         background_backfill: bool = False,
+        max_waiters: int = 8,
     ) -> None:
         #: stamps rows and commits (`updated_ms`, `ratified_ms`): bookkeeping only, no decision reads it
         self.clock: Clock = clock or SystemClock()
@@ -259,6 +261,9 @@ class LocalOwner:
         self.places = Places(roots, storage_options)
         #: ratifications arriving together share one database transaction (batching.py)
         self._group: Group[_Ratification, tuple[CommitResponse, TableRow | None]] = Group(self._ratify_group)
+        #: writers racing for one table's next version take turns (turns.py; tests and benchmarks
+        #: read its counters)
+        self.turns = Turns(max_waiters)
         #: backfill off the commit path (the served owner); the in-process owner backfills before
         #: it answers, so a process that commits and exits leaves nothing behind un-backfilled
         self._background = background_backfill
@@ -447,19 +452,36 @@ class LocalOwner:
             self._clean_staged(storage, row.proposal_version)
         return settled
 
-    def commit(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
-        return self._ratify(table, version, staged, ict, auth, release=False)
+    def commit(
+        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, turn: bytes | None = None
+    ) -> CommitResponse:
+        if not turn:
+            return self._ratify(table, version, staged, ict, auth, release=False)
+        Turns.check(turn)
+        try:
+            response = self._ratify(table, version, staged, ict, auth, release=False, turn=turn)
+        except BaseException:
+            self.turns.done(table.table_id, turn)
+            raise
+        if isinstance(response, CommitConflict) and response.retryable:
+            if self.turns.lost(table.table_id, turn):
+                response = replace(response, turn=True)
+        else:
+            self.turns.done(table.table_id, turn)
+        return response
 
     def release(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
         return self._ratify(table, version, staged, ict, auth, release=True)
 
     def _ratify(
-        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, *, release: bool
+        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, *, release: bool, turn: bytes = b""
     ) -> CommitResponse:
         _check_numbers(version, ict)
         row = self._table(table)
         self._authorize(row, auth)
         storage = self._storage(row.path)
+        if turn and version <= row.latest + 1 and self.turns.admit(row.id, turn):
+            row = self._table(table)  # it waited its turn: the versions it waited for are taken now
         # The staged file is read and checked here, before the lock and the SQLite transaction:
         # reading is the writer's I/O (a slow disk, a huge or hostile file) and must not hold up
         # other tables' commits. Its verdict is used only where the decision below needs it.

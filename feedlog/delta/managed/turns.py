@@ -1,0 +1,156 @@
+"""Turns: writers racing for one table's next version commit in the order they lost, not by luck.
+
+Optimistic commits alone favour whoever just won: its next transaction starts from
+the newest state while the losers are still reading the winners and staging
+again. Measured with 8 writer processes on one managed table: 7 attempts per
+commit, the owner answering ~1,000 requests/s to ratify ~110 commits/s, p99
+330 ms, and a writer losing 33 races in a row (on a filesystem table, with no
+owner to arbitrate, one gave up after 100).
+
+So the owner keeps a line per contended table. A writer names its transaction
+with a `turn` (the same opaque id on every attempt). When it loses a race, it
+gets the table's turn if nobody holds it or waits for it; otherwise its next
+request waits in the owner, in line, until the turn is its own, and is then
+answered with the winners to rebase on. Only the holder's request for the next
+version is ratified meanwhile: the others wait. Writers thus take turns, and
+those in line use no CPU and send no requests.
+
+A turn is a courtesy of one owner process, held in memory: the database still
+decides every version, a restarted owner starts with no turns, and a request
+without a `turn` races as before. Bounds, because waiting holds one of the
+server's threads: a turn lapses `grant_s` after it was given if its holder has
+not committed (a writer that crashed or gave up stalls the table that long), a
+request waits at most `wait_s`, and at most `max_waiters` requests wait at once
+in the whole owner (the others race as before).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...errors import InvalidArgument
+
+#: longest turn id accepted (clients send 16 random bytes)
+MAX_TURN_BYTES = 64
+
+
+@dataclass(eq=False)
+class _Waiter:
+    turn: bytes
+    woken: threading.Condition  # on the line's one lock: a hand-over wakes the first in line, not all
+
+
+@dataclass
+class _Line:
+    holder: bytes | None = None
+    lapses_at: float = 0.0
+    waiting: deque[_Waiter] = field(default_factory=deque)
+
+
+class Turns:
+    def __init__(
+        self,
+        max_waiters: int = 8,
+        grant_s: float = 0.2,
+        wait_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_waiters = max_waiters
+        self.grant_s = grant_s
+        self.wait_s = wait_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._lines: dict[str, _Line] = {}
+        self._waiters = 0
+        #: requests that waited in line, and turns that lapsed (tests and benchmarks read them)
+        self.waits = 0
+        self.lapsed = 0
+
+    @staticmethod
+    def check(turn: bytes) -> None:
+        if len(turn) > MAX_TURN_BYTES:
+            raise InvalidArgument(f"a turn id is at most {MAX_TURN_BYTES} bytes, not {len(turn)}")
+
+    def _expire(self, line: _Line, now: float) -> None:
+        if line.holder is not None and now >= line.lapses_at:
+            line.holder = None
+            self.lapsed += 1
+            self._wake_first(line)
+
+    @staticmethod
+    def _wake_first(line: _Line) -> None:
+        if line.waiting:
+            line.waiting[0].woken.notify()
+
+    def _give(self, line: _Line, turn: bytes, now: float) -> None:
+        line.holder, line.lapses_at = turn, now + self.grant_s
+
+    def admit(self, table_id: str, turn: bytes) -> bool:
+        """Before a request of `turn` may try the table's next version. Returns at once when `turn`
+        holds the table's turn or nobody holds or waits for it; otherwise waits in line until the
+        turn is `turn`'s (True: the caller re-reads the latest version, which moved meanwhile)
+        or the wait is over (False), or returns False at once if too many requests are waiting."""
+        with self._lock:
+            now = self._clock()
+            line = self._lines.get(table_id)
+            if line is None:
+                return False
+            self._expire(line, now)
+            if line.holder == turn or (line.holder is None and not line.waiting):
+                return False
+            if self._waiters >= self.max_waiters:
+                return False
+            self._waiters += 1
+            self.waits += 1
+            me = _Waiter(turn, threading.Condition(self._lock))
+            line.waiting.append(me)
+            deadline = now + self.wait_s
+            try:
+                while True:
+                    self._expire(line, now)
+                    first = line.waiting[0] is me
+                    if first and line.holder is None:
+                        line.waiting.popleft()
+                        self._give(line, turn, now)
+                        return True
+                    if now >= deadline:
+                        line.waiting.remove(me)
+                        if first:
+                            self._wake_first(line)  # the one behind is first now
+                        return False
+                    # the first in line also wakes when the holder's turn lapses
+                    until = min(deadline, line.lapses_at) if first and line.holder is not None else deadline
+                    me.woken.wait(max(until - now, 0.0005))
+                    now = self._clock()
+            finally:
+                self._waiters -= 1
+                self._tidy(table_id, line)
+
+    def lost(self, table_id: str, turn: bytes) -> bool:
+        """`turn` lost the race for a version: it gets the table's turn if nobody holds or waits for it.
+        Whether it holds the turn now (its next request for the next version will not wait)."""
+        with self._lock:
+            now = self._clock()
+            line = self._lines.setdefault(table_id, _Line())
+            self._expire(line, now)
+            if line.holder is None and not line.waiting:
+                self._give(line, turn, now)
+            return line.holder == turn
+
+    def done(self, table_id: str, turn: bytes) -> None:
+        """`turn` committed (or failed for good): if it held the table's turn, the first in line gets it."""
+        with self._lock:
+            line = self._lines.get(table_id)
+            if line is None or line.holder != turn:
+                return
+            line.holder = None
+            self._wake_first(line)
+            self._tidy(table_id, line)
+
+    def _tidy(self, table_id: str, line: _Line) -> None:
+        if line.holder is None and not line.waiting and self._lines.get(table_id) is line:
+            del self._lines[table_id]

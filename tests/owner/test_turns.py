@@ -1,0 +1,226 @@
+"""Writers racing for one table's next version take turns (feedlog/delta/managed/turns.py).
+
+The line itself (`Turns`, with threads standing in for the owner's request threads), then the
+owner's rules on every owner kind: a loser holds the next version, a request behind it waits and
+is answered with the winners once the holder has committed, and concurrent writers never need
+more than three attempts a commit.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from feedlog.delta import DeltaTable
+from feedlog.delta.committer import CommitConflict, Committed
+from feedlog.delta.managed import COMMITS_DIR, Auth, TableRef, staged_name
+from feedlog.delta.managed.sqlite import LocalOwner
+from feedlog.delta.managed.turns import MAX_TURN_BYTES, Turns
+from feedlog.errors import InvalidArgument
+
+from .conftest import Owner, batch
+
+
+def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.002)
+
+
+class _Requests:
+    """Requests calling `admit` in their own threads, as the owner's request threads do."""
+
+    def __init__(self, turns: Turns) -> None:
+        self.turns = turns
+        self.admitted: list[tuple[bytes, bool]] = []
+        self.threads: list[threading.Thread] = []
+
+    def arrive(self, turn: bytes, table: str = "t") -> None:
+        """Start a request; return once it is waiting in line (or has been answered)."""
+        before = self.turns.waits
+
+        def run() -> None:
+            self.admitted.append((turn, self.turns.admit(table, turn)))
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        self.threads.append(th)
+        _until(lambda: self.turns.waits > before or not th.is_alive(), f"{turn!r} waits")
+
+    def join(self) -> None:
+        for th in self.threads:
+            th.join(10)
+        assert not any(th.is_alive() for th in self.threads)
+
+
+def test_without_a_lost_race_nobody_waits() -> None:
+    turns = Turns()
+    assert turns.admit("t", b"a") is False  # no line: go on, as before turns
+    turns.done("t", b"a")  # committing without a turn changes nothing
+    assert turns.waits == 0 and not turns._lines
+
+
+def test_losers_take_turns_in_the_order_they_arrive() -> None:
+    turns = Turns(grant_s=30, wait_s=30)
+    assert turns.lost("t", b"a") is True  # nobody held or waited: a's next request may go
+    assert turns.lost("t", b"x") is False  # a holds it: x lost too, but must wait in line
+    assert turns.admit("t", b"a") is False  # the holder does not wait
+    requests = _Requests(turns)
+    for turn in (b"b", b"c", b"d"):
+        requests.arrive(turn)
+    assert requests.admitted == [] and turns.waits == 3
+    turns.done("t", b"b")  # not the holder: nothing moves
+    time.sleep(0.05)
+    assert requests.admitted == []
+    for holder, expected in ((b"a", [b"b"]), (b"b", [b"b", b"c"]), (b"c", [b"b", b"c", b"d"])):
+        turns.done("t", holder)
+        n = len(expected)
+        _until(lambda: len(requests.admitted) == n, f"{expected[-1]!r} is admitted")  # noqa: B023
+        assert [t for t, _ in requests.admitted] == expected and all(ok for _, ok in requests.admitted)
+    turns.done("t", b"d")
+    requests.join()
+    assert not turns._lines  # an empty line is forgotten
+    assert turns.lapsed == 0
+
+
+def test_a_turn_not_taken_lapses_and_the_first_in_line_goes_on() -> None:
+    turns = Turns(grant_s=0.05, wait_s=30)
+    turns.lost("t", b"crashed")  # it never comes back
+    requests = _Requests(turns)
+    started = time.monotonic()
+    requests.arrive(b"b")
+    requests.join()
+    assert requests.admitted == [(b"b", True)] and turns.lapsed == 1
+    assert 0.04 <= time.monotonic() - started < 5
+
+
+def test_waiting_is_bounded_in_time_and_in_requests() -> None:
+    turns = Turns(max_waiters=1, grant_s=30, wait_s=0.05)
+    turns.lost("t", b"a")
+    requests = _Requests(turns)
+    requests.arrive(b"b")  # the one waiter allowed
+    assert turns.admit("t", b"c") is False  # the owner's threads are not all given to waiting
+    requests.join()
+    assert requests.admitted == [(b"b", False)]  # waited wait_s, then went on without the turn
+    assert turns._lines["t"].holder == b"a" and not turns._lines["t"].waiting
+
+
+def test_lines_of_two_tables_do_not_mix() -> None:
+    turns = Turns(grant_s=30, wait_s=30)
+    turns.lost("t1", b"a")
+    assert turns.admit("t2", b"b") is False  # t2 has no line
+    assert turns.lost("t2", b"b") is True
+
+
+# ---- the owner's rules, on every owner kind ------------------------------------------------------
+
+
+def _turns(owner: Owner) -> Turns:
+    api = owner.server.owner if owner.server is not None else owner.api
+    assert isinstance(api, LocalOwner)
+    return api.turns
+
+
+def _stager(t: DeltaTable) -> tuple[TableRef, Auth, int, Callable[[int, int], str]]:
+    s = t.snapshot()
+    ict0 = s.in_commit_timestamp
+    assert s.metadata is not None and ict0 is not None
+
+    def stage(version: int, ict: int) -> str:
+        name = staged_name(version)
+        line = json.dumps({"commitInfo": {"inCommitTimestamp": ict, "timestamp": ict, "operation": "WRITE"}})
+        t.storage.put_if_absent(f"{COMMITS_DIR}/{name}", (line + "\n").encode())
+        return name
+
+    return TableRef(s.metadata.id, t.storage.location), Auth(t.owner_token), ict0, stage
+
+
+def test_a_loser_holds_the_next_version_and_the_writer_behind_it_waits(owner: Owner) -> None:
+    t = owner.create(batch_size=100)
+    turns = _turns(owner)
+    turns.grant_s = turns.wait_s = 30  # a slow machine must not lapse the turn mid-test
+    ref, auth, ict, stage = _stager(t)
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    lost = owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B")
+    assert isinstance(lost, CommitConflict) and lost.retryable and lost.turn  # B holds version 2
+
+    # A's next transaction wants version 2 too: its request waits in the owner, behind B
+    answer: list[Any] = []
+    waits = turns.waits
+    a2 = stage(2, ict + 3)
+    th = threading.Thread(target=lambda: answer.append(owner.api.commit(ref, 2, a2, ict + 3, auth, b"A2")))
+    th.start()
+    _until(lambda: turns.waits > waits, "A2 waits in line")
+    assert answer == []
+
+    b2 = stage(2, ict + 4)
+    assert owner.api.commit(ref, 2, b2, ict + 4, auth, b"B") == Committed(2)  # the holder goes first
+    th.join(15)
+    assert not th.is_alive()
+    [behind] = answer
+    # answered once B committed, with B's commit to rebase on, and the next turn
+    assert isinstance(behind, CommitConflict) and behind.retryable and behind.turn
+    assert behind.version == 2 and (2, b2) in behind.winners
+    assert owner.api.commit(ref, 3, stage(3, ict + 5), ict + 5, auth, b"A2") == Committed(3)
+    assert turns.lapsed == 0
+    assert not turns._lines
+    owner.settle()
+    assert t.version() == 3
+
+
+def test_a_request_without_a_turn_races_as_before(owner: Owner) -> None:
+    t = owner.create(batch_size=100)
+    turns = _turns(owner)
+    turns.grant_s = 30
+    ref, auth, ict, stage = _stager(t)
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    # B holds version 2, but an old client that sends no turn neither waits nor is held back
+    assert owner.api.commit(ref, 2, stage(2, ict + 3), ict + 3, auth) == Committed(2)
+    assert turns.waits == 0
+
+
+def test_a_turn_id_over_the_limit_is_refused(owner: Owner) -> None:
+    t = owner.create(batch_size=100)
+    ref, auth, ict, stage = _stager(t)
+    with pytest.raises(InvalidArgument, match="turn id"):
+        owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"x" * (MAX_TURN_BYTES + 1))
+    assert t.version() == 0
+
+
+def test_concurrent_writers_need_at_most_three_attempts_a_commit(owner: Owner) -> None:
+    t = owner.create(batch_size=3)
+    turns = _turns(owner)
+    turns.grant_s = turns.wait_s = 30
+    path, token = t.storage.location, t.owner_token
+    writers, per = 4, 6
+    attempts: dict[int, list[int]] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(writers)
+
+    def write(w: int) -> None:
+        try:
+            table = DeltaTable.open(path, owner_token=token)
+            start.wait(10)
+            attempts[w] = [table.append(batch([w * 100 + i], f"w{w}")).attempts for i in range(per)]
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    # a loser holds the next version, or waits in line and then holds it: never a third loss
+    assert max(a for tries in attempts.values() for a in tries) <= 3, attempts
+    owner.settle()
+    assert t.version() == writers * per
+    expected = sorted(w * 100 + i for w in range(writers) for i in range(per))
+    assert sorted(t.to_arrow().column("id").to_pylist()) == expected
