@@ -8,8 +8,12 @@ measured in the same run:
   grpc owner   stage `_delta_log/_commits/<v>.<uuid>.json`, ratify through
                `feedlog owner serve` (its own process, SQLite WAL, fsync on every
                commit), the owner backfilling each commit (batch size 1)
-Lost races rebase and retry, as in production. p50/p99 are per successful
-commit, from the start of its transaction to its acknowledgement. At the end
+Lost races rebase and retry, as in production (on the owner, writers that lost
+take turns: feedlog/delta/managed/turns.py). p50/p99 are per successful commit,
+from the start of its transaction to its acknowledgement; tries are attempts per
+commit; cpu is the writers' CPU per commit, owner the owner process's. A
+transaction that lost `max_attempts` races in a row is counted ("gave up") and
+tried again. At the end
 every version 1..N must exist exactly once and every writer's txn versions must
 be all there (zero lost or duplicate commits), or the run fails.
 Also: backfill throughput (commits copied to `_delta_log/` per second).
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,7 @@ from feedlog.delta.managed import Binding
 WRITER = """
 import json, sys, time
 from feedlog.delta import DeltaTable
+from feedlog.errors import Conflict
 path, token, who, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 t = DeltaTable.open(path, owner_token=token or None)
 t.version()
@@ -49,17 +55,24 @@ print("ready", flush=True)
 start_at = float(sys.stdin.readline())  # every writer imported and connected before the clock starts
 while time.time() < start_at:
     time.sleep(0.001)
-versions, lat, i = [], [], 0
+versions, lat, attempts, gave_up, i = [], [], 0, 0, 0
 end = start_at + seconds
+cpu = time.process_time()
 while time.time() < end:
     t0 = time.perf_counter()
     tx = t.transaction("WRITE")
     tx.set_txn(who, i)
-    r = tx.commit()
+    try:
+        r = tx.commit()
+    except Conflict:  # lost max_attempts races in a row: counted, and txn i is tried again
+        gave_up += 1
+        continue
     lat.append(time.perf_counter() - t0)
     versions.append(r.version)
+    attempts += r.attempts
     i += 1
-print(json.dumps({"who": who, "versions": versions, "lat": lat}))
+cpu = time.process_time() - cpu
+print(json.dumps({"who": who, "versions": versions, "lat": lat, "attempts": attempts, "gave_up": gave_up, "cpu": cpu}))
 """
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -108,11 +121,33 @@ def start_writers(
     return procs
 
 
-def run_writers(paths: list[Path], tokens: list[str], seconds: float) -> tuple[float, list[float], int]:
+@dataclass
+class Run:
+    rate: float  # commits/s
+    lat: list[float]
+    count: int
+    attempts: float  # per commit
+    gave_up: int  # transactions that lost max_attempts races in a row
+    cpu_ms: float  # the writers' CPU per commit
+    owner_cpu_ms: float  # the owner process's CPU per commit (nan: no owner, or no /proc)
+
+
+def process_cpu(pid: int | None) -> float:
+    """Seconds of CPU (user + system) process `pid` has used so far; nan where /proc cannot tell."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def run_writers(paths: list[Path], tokens: list[str], seconds: float, owner_pid: int | None = None) -> Run:
     """One writer process per entry of `paths` (the same path repeated: writers share that table)."""
     jobs = [(path, token, f"w{i}") for i, (path, token) in enumerate(zip(paths, tokens, strict=True))]
     procs = start_writers(jobs, seconds)
+    owner_cpu = process_cpu(owner_pid)
     results = [json.loads(p.communicate(timeout=seconds + 120)[0]) for p in procs]
+    owner_cpu = process_cpu(owner_pid) - owner_cpu
     if any(p.returncode for p in procs):
         raise SystemExit("a writer failed")
     total = 0
@@ -120,7 +155,16 @@ def run_writers(paths: list[Path], tokens: list[str], seconds: float) -> tuple[f
     for path in sorted(set(paths)):
         mine = [r for r, p in zip(results, paths, strict=True) if p == path]
         total += check(path, tokens[paths.index(path)], mine)
-    return total / seconds, lat, total
+    per = 1000 / total
+    return Run(
+        total / seconds,
+        lat,
+        total,
+        sum(r["attempts"] for r in results) / total,
+        sum(r["gave_up"] for r in results),
+        sum(r["cpu"] for r in results) * per,
+        owner_cpu * per if owner_pid else float("nan"),
+    )
 
 
 def check(path: Path, token: str, results: list[dict[str, Any]]) -> int:
@@ -157,25 +201,31 @@ def main() -> None:
         # the writer processes (and the checks here) must trust the owner the tables name
         os.environ["FEEDLOG_OWNER"] = endpoint
         try:
-            head = f"{'tables':>8} {'writers':>7}  {'fs commits/s':>12}  {'owner commits/s':>15}  {'ratio':>5}"
-            print(f"{head}  {'p50 ms':>7}  {'p99 ms':>7}  {'fs p50':>7}  {'fs p99':>7}  checked")
+            print(
+                f"{'tables':>8} {'writers':>7}  {'fs commits/s':>12}  {'owner commits/s':>15}  {'ratio':>5}  "
+                f"{'p50 ms':>7}  {'p99 ms':>7}  {'fs p50':>7}  {'fs p99':>7}  {'tries':>5}  {'fs tries':>8}  "
+                f"{'cpu ms':>6}  {'owner':>5}  {'fs cpu':>6}  checked"
+            )
             for shared in (True, False):
                 for n in (1, 4, 8) if shared else (4, 8):
                     names = [f"{n}{'s' if shared else 'p'}{0 if shared else i}" for i in range(n)]
                     fs_paths = [tmp / f"fs-{x}" for x in names]
                     for p in set(fs_paths):
                         DeltaTable.create(p, SCHEMA)
-                    fs_rate, fs_lat, _ = run_writers(fs_paths, [""] * n, seconds)
+                    fs = run_writers(fs_paths, [""] * n, seconds)
                     m_paths = [tmp / f"managed-{x}" for x in names]
                     tokens = {}
                     for p in sorted(set(m_paths)):
                         t = DeltaTable.create(p, SCHEMA, owner=Binding.parse(endpoint, args.batch_size))
                         tokens[p] = t.owner_token or ""
-                    rate, lat, count = run_writers(m_paths, [tokens[p] for p in m_paths], seconds)
+                    m = run_writers(m_paths, [tokens[p] for p in m_paths], seconds, owner.pid)
+                    gave_up = [f"{r.gave_up} gave up ({what})" for r, what in ((fs, "fs"), (m, "owner")) if r.gave_up]
                     print(
-                        f"{'one' if shared else 'one each':>8} {n:>7}  {fs_rate:>12.0f}  {rate:>15.0f}  "
-                        f"{rate / fs_rate:>5.2f}  {pct(lat, 50):>7.2f}  {pct(lat, 99):>7.2f}  "
-                        f"{pct(fs_lat, 50):>7.2f}  {pct(fs_lat, 99):>7.2f}  {count} versions, none lost or duplicated"
+                        f"{'one' if shared else 'one each':>8} {n:>7}  {fs.rate:>12.0f}  {m.rate:>15.0f}  "
+                        f"{m.rate / fs.rate:>5.2f}  {pct(m.lat, 50):>7.2f}  {pct(m.lat, 99):>7.2f}  "
+                        f"{pct(fs.lat, 50):>7.2f}  {pct(fs.lat, 99):>7.2f}  {m.attempts:>5.2f}  {fs.attempts:>8.2f}  "
+                        f"{m.cpu_ms:>6.2f}  {m.owner_cpu_ms:>5.2f}  {fs.cpu_ms:>6.2f}  "
+                        f"{m.count} versions, none lost or duplicated{'; ' if gave_up else ''}{', '.join(gave_up)}"
                     )
             # backfill throughput: commits ratified with backfill deferred, then one backfill call
             bf_path = tmp / "backfill"
