@@ -161,6 +161,7 @@ def _templates(tables: list[Table], root: Path) -> list[tuple[str, Message, Tabl
     for t in tables:
         ref = pb.TableRef(table_id=t.table_id, path=str(t.path))
         staged = pb.StagedCommit(table=ref, version=t.version, file=t.staged, in_commit_timestamp=t.ict)
+        turned = pb.StagedCommit(table=ref, version=t.version, file=t.staged, in_commit_timestamp=t.ict, turn=b"t" * 16)
         fresh = pb.StagedCommit(
             table=pb.TableRef(table_id="new-" + t.table_id, path=str(root / "new")),
             version=0,
@@ -171,6 +172,7 @@ def _templates(tables: list[Table], root: Path) -> list[tuple[str, Message, Tabl
             ("Register", pb.RegisterRequest(commit=fresh, batch_size=1), t),
             ("Register", pb.RegisterRequest(commit=staged, batch_size=1), t),
             ("Commit", staged, t),
+            ("Commit", turned, t),
             ("GetCommits", pb.GetCommitsRequest(table=ref, start_version=0), t),
             ("Backfill", pb.BackfillRequest(table=ref, version=-1), t),
             ("Release", staged, t),
@@ -261,6 +263,8 @@ class Mutator:
                 value = rng.choice([-1, -2, 0, 1, -(2**63), 2**63 - 1, 2**62])
             elif f.type == FieldDescriptor.TYPE_UINT32:
                 value = rng.choice([0, 1, 2**31, 2**32 - 1])
+            elif f.type == FieldDescriptor.TYPE_BYTES:  # StagedCommit.turn
+                value = rng.choice([b"", b"\x00", b"t" * 16, b"t" * 64, b"t" * 65, rng.randbytes(100_000)])
             else:
                 continue
             setattr(holder, f.name, value)
