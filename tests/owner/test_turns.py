@@ -12,18 +12,21 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from feedlog.delta import DeltaTable
 from feedlog.delta.committer import CommitConflict, Committed
-from feedlog.delta.managed import COMMITS_DIR, Auth, TableRef, staged_name
+from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
+from feedlog.delta.managed.client import GrpcOwner
 from feedlog.delta.managed.sqlite import LocalOwner
-from feedlog.delta.managed.turns import MAX_TURN_BYTES, Turns
+from feedlog.delta.managed.turns import MAX_TURN_BYTES, SWEEP_LINES, Turns
 from feedlog.errors import InvalidArgument
+from feedlog_server.owner import OwnerServer
 
-from .conftest import Owner, batch
+from .conftest import SCHEMA, Owner, batch
 
 
 def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -224,3 +227,56 @@ def test_concurrent_writers_need_at_most_three_attempts_a_commit(owner: Owner) -
     assert t.version() == writers * per
     expected = sorted(w * 100 + i for w in range(writers) for i in range(per))
     assert sorted(t.to_arrow().column("id").to_pylist()) == expected
+
+
+def test_requests_waiting_their_turn_hold_at_most_a_quarter_of_the_servers_threads(tmp_path: Path) -> None:
+    """A writer with a table's token sends many requests with turns while another holds the table's
+    turn: a quarter of the server's threads wait, the rest are answered at once, and another
+    table's commit goes through meanwhile."""
+    root = tmp_path / "tables"
+    root.mkdir()
+    with OwnerServer(tmp_path / "o.db", "127.0.0.1:0", roots=[root], workers=8) as server:
+        turns = server.owner.turns
+        turns.grant_s = turns.wait_s = 30
+        bind = Binding.feedlog(endpoint=server.endpoint)
+        a, b = DeltaTable.create(root / "a", SCHEMA, owner=bind), DeltaTable.create(root / "b", SCHEMA, owner=bind)
+        api = GrpcOwner(server.endpoint, timeout=60)
+        ref, auth, ict, stage = _stager(a)
+        assert api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"won") == Committed(1)
+        assert isinstance(api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"holds"), CommitConflict)
+        answers: list[Any] = []
+
+        def hostile(i: int) -> None:
+            answers.append(api.commit(ref, 2, stage(2, ict + 3 + i), ict + 3 + i, auth, b"h%d" % i))
+
+        threads = [threading.Thread(target=hostile, args=(i,), daemon=True) for i in range(6)]
+        for th in threads:
+            th.start()
+        _until(lambda: turns.waits == 2 and len(answers) == 4, "2 requests wait and 4 are answered")
+        # those beyond the waiting limit raced as before, and one of them took version 2
+        assert sorted(isinstance(x, Committed) for x in answers) == [False, False, False, True]
+        started = time.monotonic()
+        b.append(batch([1]))  # another table's commit is not held up
+        assert time.monotonic() - started < 5
+        assert turns.waits == 2
+        # the holder commits (version 3: one beyond the limit took 2); the two in line are answered in
+        # turn, the second once the first's turn lapses (its writer never comes back)
+        turns.grant_s = 0.05
+        assert api.commit(ref, 3, stage(3, ict + 20), ict + 20, auth, b"holds") == Committed(3)
+        for th in threads:
+            th.join(10)
+        assert len(answers) == 6 and turns.lapsed == 1
+        assert all(isinstance(x, CommitConflict) and x.turn for x in answers[4:])
+        api.close()
+
+
+def test_lines_whose_turn_lapsed_are_swept_out() -> None:
+    now = [0.0]
+    turns = Turns(grant_s=1, clock=lambda: now[0])
+    for i in range(SWEEP_LINES):
+        turns.lost(f"t{i}", b"gone")  # writers that never came back
+    assert len(turns._lines) == SWEEP_LINES
+    turns.lost("t0", b"x")  # a known table: no sweep
+    now[0] = 2.0
+    turns.lost("new", b"a")
+    assert list(turns._lines) == ["new"] and turns.lapsed == SWEEP_LINES

@@ -36,6 +36,8 @@ from ...errors import InvalidArgument
 
 #: longest turn id accepted (clients send 16 random bytes)
 MAX_TURN_BYTES = 64
+#: with this many lines kept, a new one first sweeps out the lapsed ones
+SWEEP_LINES = 64
 
 
 @dataclass(eq=False)
@@ -116,6 +118,7 @@ class Turns:
                     if first and line.holder is None:
                         line.waiting.popleft()
                         self._give(line, turn, now)
+                        self._wake_first(line)  # the next in line now waits for this turn to end or lapse
                         return True
                     if now >= deadline:
                         line.waiting.remove(me)
@@ -135,6 +138,8 @@ class Turns:
         Whether it holds the turn now (its next request for the next version will not wait)."""
         with self._lock:
             now = self._clock()
+            if len(self._lines) >= SWEEP_LINES and table_id not in self._lines:
+                self._sweep(now)
             line = self._lines.setdefault(table_id, _Line())
             self._expire(line, now)
             if line.holder is None and not line.waiting:
@@ -149,6 +154,13 @@ class Turns:
                 return
             line.holder = None
             self._wake_first(line)
+            self._tidy(table_id, line)
+
+    def _sweep(self, now: float) -> None:
+        """Forget the lines whose holder's turn lapsed with nobody waiting (a line is otherwise
+        forgotten when its last turn ends or its last waiter leaves)."""
+        for table_id, line in list(self._lines.items()):
+            self._expire(line, now)
             self._tidy(table_id, line)
 
     def _tidy(self, table_id: str, line: _Line) -> None:
