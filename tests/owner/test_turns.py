@@ -79,8 +79,8 @@ def test_losers_take_turns_in_the_order_they_arrive() -> None:
         requests.arrive(turn)
     assert requests.admitted == [] and turns.waits == 3
     turns.done("t", b"b")  # not the holder: nothing moves
-    time.sleep(0.05)
-    assert requests.admitted == []
+    line = turns._lines["t"]
+    assert line.holder == b"a" and [w.turn for w in line.waiting] == [b"b", b"c", b"d"]
     for holder, expected in ((b"a", [b"b"]), (b"b", [b"b", b"c"]), (b"c", [b"b", b"c", b"d"])):
         turns.done("t", holder)
         n = len(expected)
@@ -94,24 +94,81 @@ def test_losers_take_turns_in_the_order_they_arrive() -> None:
 
 def test_a_turn_not_taken_lapses_and_the_first_in_line_goes_on() -> None:
     turns = Turns(grant_s=0.05, wait_s=30)
+    started = time.monotonic()
     turns.lost("t", b"crashed")  # it never comes back
     requests = _Requests(turns)
-    started = time.monotonic()
     requests.arrive(b"b")
     requests.join()
     assert requests.admitted == [(b"b", True)] and turns.lapsed == 1
     assert 0.04 <= time.monotonic() - started < 5
 
 
-def test_waiting_is_bounded_in_time_and_in_requests() -> None:
-    turns = Turns(max_waiters=1, grant_s=30, wait_s=0.05)
+def test_waiting_is_bounded_in_requests() -> None:
+    turns = Turns(max_waiters=1, grant_s=30, wait_s=30)
     turns.lost("t", b"a")
     requests = _Requests(turns)
     requests.arrive(b"b")  # the one waiter allowed
+    started = time.monotonic()
     assert turns.admit("t", b"c") is False  # the owner's threads are not all given to waiting
+    assert time.monotonic() - started < 5 and turns.waits == 1  # c went on at once, unqueued
+    turns.done("t", b"a")
     requests.join()
-    assert requests.admitted == [(b"b", False)]  # waited wait_s, then went on without the turn
+    assert requests.admitted == [(b"b", True)] and turns._lines["t"].holder == b"b"
+
+
+def test_waiting_is_bounded_in_time() -> None:
+    turns = Turns(grant_s=30, wait_s=0.05)
+    turns.lost("t", b"a")
+    requests = _Requests(turns)
+    requests.arrive(b"b")
+    requests.join()
+    # waited wait_s (True: the caller re-reads the table), then went on without the turn, out of line
+    assert requests.admitted == [(b"b", True)]
     assert turns._lines["t"].holder == b"a" and not turns._lines["t"].waiting
+
+
+def test_a_request_that_fails_while_waiting_leaves_the_line() -> None:
+    fail = threading.Event()
+
+    def clock() -> float:
+        if fail.is_set():
+            raise KeyboardInterrupt  # e.g. an in-process owner's caller interrupted
+        return time.monotonic()
+
+    turns = Turns(grant_s=30, wait_s=30, clock=clock)
+    turns.lost("t", b"a")
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            turns.admit("t", b"b")
+        except BaseException as e:
+            errors.append(e)
+
+    th = threading.Thread(target=wait, daemon=True)
+    th.start()
+    _until(lambda: turns.waits == 1, "b waits")
+    fail.set()
+    turns.done("t", b"a")  # wakes b, whose clock then fails
+    th.join(10)
+    assert [type(e) for e in errors] == [KeyboardInterrupt]
+    assert turns._waiters == 0 and not turns._lines  # no ghost left first in line
+    fail.clear()
+    assert turns.lost("t", b"c") is True  # the next loser gets the turn as if b had never been
+
+
+def test_the_same_turn_twice_in_line_does_not_wait_for_itself() -> None:
+    """A client that retries after a lost answer sends its turn again while the first request waits."""
+    turns = Turns(grant_s=30, wait_s=30)
+    turns.lost("t", b"a")
+    requests = _Requests(turns)
+    requests.arrive(b"b")
+    requests.arrive(b"b")
+    started = time.monotonic()
+    turns.done("t", b"a")
+    requests.join()
+    assert requests.admitted == [(b"b", True), (b"b", True)] and time.monotonic() - started < 5
+    assert turns._lines["t"].holder == b"b" and not turns._lines["t"].waiting
 
 
 def test_lines_of_two_tables_do_not_mix() -> None:
@@ -247,26 +304,30 @@ def test_requests_waiting_their_turn_hold_at_most_a_quarter_of_the_servers_threa
         answers: list[Any] = []
 
         def hostile(i: int) -> None:
-            answers.append(api.commit(ref, 2, stage(2, ict + 3 + i), ict + 3 + i, auth, b"h%d" % i))
+            answers.append((i, api.commit(ref, 2, stage(2, ict + 3 + i), ict + 3 + i, auth, b"h%d" % i)))
 
         threads = [threading.Thread(target=hostile, args=(i,), daemon=True) for i in range(6)]
         for th in threads:
             th.start()
         _until(lambda: turns.waits == 2 and len(answers) == 4, "2 requests wait and 4 are answered")
         # those beyond the waiting limit raced as before, and one of them took version 2
-        assert sorted(isinstance(x, Committed) for x in answers) == [False, False, False, True]
+        assert sorted(isinstance(x, Committed) for _, x in answers) == [False, False, False, True]
         started = time.monotonic()
         b.append(batch([1]))  # another table's commit is not held up
         assert time.monotonic() - started < 5
         assert turns.waits == 2
-        # the holder commits (version 3: one beyond the limit took 2); the two in line are answered in
-        # turn, the second once the first's turn lapses (its writer never comes back)
-        turns.grant_s = 0.05
+        # the holder commits (version 3: one beyond the limit took 2); the first in line is answered
+        # with the turn, and once it commits, the second
         assert api.commit(ref, 3, stage(3, ict + 20), ict + 20, auth, b"holds") == Committed(3)
+        _until(lambda: len(answers) == 5, "the first in line is answered")
+        i, first = answers[4]
+        assert isinstance(first, CommitConflict) and first.turn and first.version == 2
+        assert api.commit(ref, 4, stage(4, ict + 21), ict + 21, auth, b"h%d" % i) == Committed(4)
         for th in threads:
             th.join(10)
-        assert len(answers) == 6 and turns.lapsed == 1
-        assert all(isinstance(x, CommitConflict) and x.turn for x in answers[4:])
+        assert len(answers) == 6 and turns.lapsed == 0
+        last = answers[5][1]
+        assert isinstance(last, CommitConflict) and last.turn and last.version == 2
         api.close()
 
 

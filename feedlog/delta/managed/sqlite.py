@@ -48,6 +48,7 @@ from ...errors import (
 )
 from ..actions import MANAGED_COMMITS, OWNER_NAME
 from ..committer import LOG_DIR, CommitConflict, CommitResponse, Committed, commit_path
+from ..objectstore import scheme_of
 from ..storage import LocalStorage, Storage
 from .batching import Backfiller, Group
 from .confined import read_staged
@@ -464,7 +465,7 @@ class LocalOwner:
             self.turns.done(table.table_id, turn)
             raise
         if isinstance(response, CommitConflict) and response.retryable:
-            if self.turns.lost(table.table_id, turn):
+            if self.turns.lost(table.table_id, turn, slow=scheme_of(table.path) is not None):
                 response = replace(response, turn=True)
         else:
             self.turns.done(table.table_id, turn)
@@ -480,8 +481,8 @@ class LocalOwner:
         row = self._table(table)
         self._authorize(row, auth)
         storage = self._storage(row.path)
-        if turn and version <= row.latest + 1 and self.turns.admit(row.id, turn):
-            row = self._table(table)  # it waited its turn: the versions it waited for are taken now
+        if turn and version <= row.latest + 1 and self.turns.admit(row.id, turn, slow=scheme_of(row.path) is not None):
+            row = self._table(table)  # it waited in line: the versions it waited for are taken now
         # The staged file is read and checked here, before the lock and the SQLite transaction:
         # reading is the writer's I/O (a slow disk, a huge or hostile file) and must not hold up
         # other tables' commits. Its verdict is used only where the decision below needs it.

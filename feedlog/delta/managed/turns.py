@@ -36,8 +36,10 @@ from ...errors import InvalidArgument
 
 #: longest turn id accepted (clients send 16 random bytes)
 MAX_TURN_BYTES = 64
-#: with this many lines kept, a new one first sweeps out the lapsed ones
+#: with this many lines kept, a new one first sweeps out the lapsed ones (at most once a grant)
 SWEEP_LINES = 64
+#: on an object store a writer's rebase and staging take ~10x longer: so do its turns and waits
+SLOW = 10
 
 
 @dataclass(eq=False)
@@ -68,6 +70,7 @@ class Turns:
         self._lock = threading.Lock()
         self._lines: dict[str, _Line] = {}
         self._waiters = 0
+        self._swept_at = float("-inf")
         #: requests that waited in line, and turns that lapsed (tests and benchmarks read them)
         self.waits = 0
         self.lapsed = 0
@@ -88,14 +91,15 @@ class Turns:
         if line.waiting:
             line.waiting[0].woken.notify()
 
-    def _give(self, line: _Line, turn: bytes, now: float) -> None:
-        line.holder, line.lapses_at = turn, now + self.grant_s
+    def _give(self, line: _Line, turn: bytes, now: float, slow: bool) -> None:
+        line.holder, line.lapses_at = turn, now + self.grant_s * (SLOW if slow else 1)
 
-    def admit(self, table_id: str, turn: bytes) -> bool:
-        """Before a request of `turn` may try the table's next version. Returns at once when `turn`
-        holds the table's turn or nobody holds or waits for it; otherwise waits in line until the
-        turn is `turn`'s (True: the caller re-reads the latest version, which moved meanwhile)
-        or the wait is over (False), or returns False at once if too many requests are waiting."""
+    def admit(self, table_id: str, turn: bytes, *, slow: bool = False) -> bool:
+        """Before a request of `turn` may try the table's next version. Returns False at once when
+        `turn` holds the table's turn, nobody holds or waits for it, or too many requests wait
+        already; otherwise waits in line until the turn is `turn`'s or the wait is over, and returns
+        True (the caller re-reads the latest version, which may have moved meanwhile). `slow`: the
+        table is on an object store, where a writer's rebase and staging take longer."""
         with self._lock:
             now = self._clock()
             line = self._lines.get(table_id)
@@ -106,44 +110,47 @@ class Turns:
                 return False
             if self._waiters >= self.max_waiters:
                 return False
+            me = _Waiter(turn, threading.Condition(self._lock))
+            deadline = now + self.wait_s * (SLOW if slow else 1)
             self._waiters += 1
             self.waits += 1
-            me = _Waiter(turn, threading.Condition(self._lock))
             line.waiting.append(me)
-            deadline = now + self.wait_s
             try:
                 while True:
                     self._expire(line, now)
-                    first = line.waiting[0] is me
-                    if first and line.holder is None:
-                        line.waiting.popleft()
-                        self._give(line, turn, now)
-                        self._wake_first(line)  # the next in line now waits for this turn to end or lapse
+                    if line.holder == turn:  # the same transaction's earlier request, ahead in line, got it
+                        return True
+                    if line.waiting[0] is me and line.holder is None:
+                        self._give(line, turn, now, slow)
                         return True
                     if now >= deadline:
-                        line.waiting.remove(me)
-                        if first:
-                            self._wake_first(line)  # the one behind is first now
-                        return False
+                        return True
                     # the first in line also wakes when the holder's turn lapses
+                    first = line.waiting[0] is me
                     until = min(deadline, line.lapses_at) if first and line.holder is not None else deadline
                     me.woken.wait(max(until - now, 0.0005))
                     now = self._clock()
-            finally:
+            finally:  # on an error too: no one is left waiting behind a request that is gone
+                first = line.waiting[0] is me
+                line.waiting.remove(me)
+                if first:
+                    self._wake_first(line)  # the next in line waits for this turn, or takes a free one
                 self._waiters -= 1
                 self._tidy(table_id, line)
 
-    def lost(self, table_id: str, turn: bytes) -> bool:
+    def lost(self, table_id: str, turn: bytes, *, slow: bool = False) -> bool:
         """`turn` lost the race for a version: it gets the table's turn if nobody holds or waits for it.
-        Whether it holds the turn now (its next request for the next version will not wait)."""
+        Whether it holds the turn now (its next request for the next version will not wait); a turn
+        held is granted anew from here, the answer that tells its writer to rebase."""
         with self._lock:
             now = self._clock()
-            if len(self._lines) >= SWEEP_LINES and table_id not in self._lines:
+            if len(self._lines) >= SWEEP_LINES and table_id not in self._lines and now - self._swept_at >= self.grant_s:
+                self._swept_at = now
                 self._sweep(now)
             line = self._lines.setdefault(table_id, _Line())
             self._expire(line, now)
-            if line.holder is None and not line.waiting:
-                self._give(line, turn, now)
+            if (line.holder is None and not line.waiting) or line.holder == turn:
+                self._give(line, turn, now, slow)
             return line.holder == turn
 
     def done(self, table_id: str, turn: bytes) -> None:
