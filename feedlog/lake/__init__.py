@@ -45,6 +45,11 @@ SPARK_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
     "spark.sql.session.timeZone": "UTC",
+    # the feedlog-delta sink gets Arrow batches of this many rows (Spark's default: 10,000); Spark
+    # still ends a batch at spark.sql.execution.arrow.maxBytesPerBatch (64 MB), so wide rows stay
+    # bounded. 1M narrow rows (4 columns): sink vs Spark's Parquet writer 0.76-0.80x -> 0.92-0.93x at
+    # 50-100k (250k and 1M slower again); feedlog's own wide rows: within noise
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
 }
 #: Python data sources get filters pushed down (the feedlog-delta reader prunes files with them)
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
