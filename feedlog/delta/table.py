@@ -43,7 +43,7 @@ from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_
 from .snapshot import Snapshot
 from .storage import Storage
 from .timeline import HistoryEntry, Timeline, ict_version_at
-from .transaction import CommitResult, Transaction
+from .transaction import DEFAULT_MAX_ATTEMPTS, CommitResult, Transaction
 from .writer import write_files
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class DeltaTable:
         owner: Binding | str | Sequence[Binding | str] | None = None,
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
-        max_commit_attempts: int = 100,
+        max_commit_attempts: int = DEFAULT_MAX_ATTEMPTS,
         storage_options: Mapping[str, str] | None = None,
     ) -> None:
         #: a path is a local directory; an object-store URL (s3://, gs://, az://, file://, memory://)

@@ -65,7 +65,11 @@ from .schema import to_schema_string
 from .storage import FileInfo, Storage
 
 ENGINE_INFO = f"feedlog/{__version__}"
-DEFAULT_MAX_ATTEMPTS = 100
+#: lost races before a transaction gives up. Put-if-absent favours whoever just won (its next
+#: transaction starts from the newest state while the losers read the winners): with 8 writer
+#: processes on one filesystem table, one lost 100 races in a row within 3 s. delta-spark retries
+#: up to 10,000,000 times, delta-rs 15; a commit owner lets losers take turns (managed/turns.py).
+DEFAULT_MAX_ATTEMPTS = 1000
 
 
 @dataclass(frozen=True)
