@@ -28,6 +28,8 @@ import pytest
 from feedlog.delta import DeltaTable
 from feedlog.delta.managed import OWNER_ENV, Binding, CommitOwner, resolve_owner
 from feedlog.delta.managed.client import GrpcOwner
+from feedlog.delta.managed.sqlite import LocalOwner
+from feedlog.delta.managed.turns import Turns
 from feedlog_server.owner import OwnerServer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("who", pa.string())])
@@ -53,6 +55,13 @@ class Owner:
         before it answers): what a test then sees in `_delta_log` is what the batch size says."""
         if self.server is not None:
             assert self.server.owner.backfill_idle(20), "background backfill did not finish"
+
+    @property
+    def turns(self) -> Turns:
+        """The owner's line of writers that lost races (turns.py), in process or behind the server."""
+        api = self.server.owner if self.server is not None else self.api
+        assert isinstance(api, LocalOwner)
+        return api.turns
 
     def binding(self, batch_size: int | None = None) -> Binding:
         if self.endpoint is not None:
