@@ -166,8 +166,9 @@ class OwnerServer:
             self.roots,
             storage_options=self.storage_options,
             background_backfill=True,
-            # a request waiting its turn holds a server thread: at most a quarter of them wait
-            max_waiters=max(1, self.workers // 4),
+            # a request waiting its turn holds a server thread: at most half of them wait, a quarter
+            # for one table
+            max_waiters=max(1, self.workers // 2),
         )
         try:
             recovered = self.owner.backfill_all()

@@ -103,7 +103,7 @@ def test_a_turn_not_taken_lapses_and_the_first_in_line_goes_on() -> None:
 
 
 def test_waiting_is_bounded_in_requests() -> None:
-    turns = Turns(max_waiters=1, grant_s=30, wait_s=30)
+    turns = Turns(max_waiters=1, grant_s=30, wait_s=30, per_table=1)
     turns.lost("t", b"a")
     requests = _Requests(turns)
     requests.arrive(b"b")  # the one waiter allowed
@@ -247,7 +247,7 @@ def test_a_turn_id_over_the_limit_is_refused(owner: Owner) -> None:
     assert t.version() == 0
 
 
-def test_requests_waiting_their_turn_hold_at_most_a_quarter_of_the_servers_threads(tmp_path: Path) -> None:
+def test_requests_waiting_for_one_table_hold_at_most_a_quarter_of_the_servers_threads(tmp_path: Path) -> None:
     """A writer with a table's token sends many requests with turns while another holds the table's
     turn: a quarter of the server's threads wait, the rest are answered at once, and another
     table's commit goes through meanwhile."""
@@ -302,3 +302,22 @@ def test_lines_whose_turn_lapsed_are_swept_out() -> None:
     now[0] = 2.0
     turns.lost("new", b"a")
     assert list(turns._lines) == ["new"] and turns.lapsed == SWEEP_LINES
+
+
+def test_one_table_takes_at_most_its_share_of_the_places_in_line() -> None:
+    turns = Turns(max_waiters=4, grant_s=30, wait_s=30)
+    assert turns.per_table == 2
+    turns.lost("busy", b"a")
+    turns.lost("other", b"x")
+    requests = _Requests(turns)
+    requests.arrive(b"b", "busy")
+    requests.arrive(b"c", "busy")
+    assert turns.admit("busy", b"d") is False  # the busy table's share is taken: d races at once
+    requests.arrive(b"y", "other")  # another table still finds a place
+    assert turns.waits == 3 and requests.admitted == []
+    turns.done("busy", b"a")
+    turns.done("other", b"x")
+    _until(lambda: len(requests.admitted) == 2, "b and y are admitted")
+    turns.done("busy", b"b")
+    requests.join()
+    assert sorted(requests.admitted) == [(b"b", True), (b"c", True), (b"y", True)]

@@ -250,7 +250,7 @@ class LocalOwner:
         storage_options: Mapping[str, str] | None = None,
         *,
         background_backfill: bool = False,
-        max_waiters: int = 8,
+        max_waiters: int = 16,
     ) -> None:
         #: stamps rows and commits (`updated_ms`, `ratified_ms`): bookkeeping only, no decision reads it
         self.clock: Clock = clock or SystemClock()
