@@ -50,13 +50,8 @@ CommitResponse = Committed | CommitConflict
 
 
 class Committer(Protocol):
-    def commit(
-        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
-    ) -> CommitResponse:
+    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
         """Make `data` (the encoded `actions`) version `version`, or report a conflict.
-
-        `turn` names the transaction, the same on each of its attempts: a commit owner lets the
-        writers that lost races take turns (managed/turns.py); the filesystem has no one to ask.
 
         Callers commit the version after the one they read, never beyond: the filesystem committer
         cannot tell a gap (put-if-absent does not know the latest), and readers then report the log
@@ -75,9 +70,7 @@ class Committer(Protocol):
 class FilesystemCommitter:
     """Delta's default: the storage's atomic put-if-absent is the commit (PROTOCOL.md "Creation of New Log Entries")."""
 
-    def commit(
-        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
-    ) -> CommitResponse:
+    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
         if storage.put_if_absent(commit_path(version), data):
             return Committed(version)
         return CommitConflict(version)

@@ -25,7 +25,6 @@ one in between is a Conflict (`claims_landed`).
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -347,7 +346,6 @@ class Transaction:
             check_writable(self.base.protocol, metadata=self.base.metadata)
         check_writable(self.protocol_after(self.base), metadata=self.metadata_after(self.base))
         base = self.base
-        turn = os.urandom(16)  # this transaction, to a commit owner: losers take turns (managed/turns.py)
         for attempt in range(1, self.max_attempts + 1):
             if self.claims and claims_landed(base.txns, self.claims):
                 return CommitResult(None, attempts=attempt, skipped=True)
@@ -356,7 +354,7 @@ class Transaction:
                 previous_ms = self.storage.stat(commit_path(base.version)).modified_ms
             actions, ict = self.plan(base, self.clock.now_ms(), self.ids(), previous_ms)
             version = base.version + 1
-            response = self.committer.commit(self.storage, version, encode_commit(actions), actions, turn)
+            response = self.committer.commit(self.storage, version, encode_commit(actions), actions)
             if not isinstance(response, CommitConflict):
                 after = base.copy()
                 after.apply(response.version, actions)

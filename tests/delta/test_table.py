@@ -328,3 +328,29 @@ def test_a_write_that_fails_on_one_file_leaves_none_of_its_files(tmp_path: Path)
     with pytest.raises(Unavailable, match="disk full"):
         write_files(storage, SCHEMA, (), rows(0, 50), T0, lambda: next(ids), WriteOptions(max_rows_per_file=10))
     assert ThirdPutFails.puts == 5 and not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_committer_of_ones_own_with_the_protocols_signature_commits_and_rebases(tmp_path, clock):
+    """`DeltaTable(committer=...)` takes any `Committer`: exactly the protocol's four arguments."""
+    from feedlog.delta.committer import CommitResponse, FilesystemCommitter
+    from feedlog.delta.storage import FileInfo
+
+    class Counting:
+        def __init__(self) -> None:
+            self.inner, self.calls = FilesystemCommitter(), 0
+
+        def commit(self, storage: Any, version: int, data: bytes, actions: Any) -> CommitResponse:
+            self.calls += 1
+            return self.inner.commit(storage, version, data, actions)
+
+        def ratified_commits(self, storage: Any, start_version: int) -> list[tuple[int, FileInfo]]:
+            return self.inner.ratified_commits(storage, start_version)
+
+    mine = Counting()
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, committer=mine, clock=clock)
+    tx = t.transaction()
+    tx.add_files(t.write_files(rows(0, 2)))
+    DeltaTable.open(tmp_path / "t", clock=clock).append(rows(10, 2))  # takes version 1 first
+    result = tx.commit()
+    assert (result.version, result.attempts, mine.calls) == (2, 2, 3)
+    assert t.snapshot().num_records() == 4

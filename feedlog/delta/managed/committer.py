@@ -8,6 +8,7 @@ service (`client.py`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -194,10 +195,11 @@ class Router:
         self.protocol, self.metadata = protocol, metadata
         self.before = Binding.of(protocol, metadata)
         self.committer_for = committer_for
+        #: names the transaction (a Router serves one) to its owner, the same on every attempt:
+        #: writers that lose races take turns (turns.py)
+        self.turn = os.urandom(16)
 
-    def commit(
-        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
-    ) -> CommitResponse:
+    def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
         protocol = next((a for a in actions if isinstance(a, Protocol)), self.protocol)
         metadata = next((a for a in actions if isinstance(a, Metadata)), self.metadata)
         try:
@@ -216,7 +218,7 @@ class Router:
         committer = self.committer_for(self.before, self.metadata.id, False)
         if how is Route.RELEASE:
             return committer.release(storage, version, data, actions)
-        return committer.commit(storage, version, data, actions, turn)
+        return committer.commit(storage, version, data, actions, self.turn)
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
         if self.before is None or self.metadata is None:
