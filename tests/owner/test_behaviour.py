@@ -243,8 +243,8 @@ def test_concurrent_writers_rebase_take_turns_and_lose_nothing(owner: Owner) -> 
     versions = sorted(r.version or -1 for rs in results.values() for r in rs)
     assert versions == list(range(1, writers * per + 1))  # every version ratified exactly once, no gaps
     # A loser holds the next version, or waits in line and then holds it: 2 or 3 attempts, rarely 4
-    # (the line emptied between two of a writer's losses, or a request already past the line when
-    # the turn was given took that version). Without turns this test saw at most 8 to 20.
+    # (the line emptied between two of a writer's losses and it raced again). Without turns this
+    # test saw at most 8 to 20.
     assert max(r.attempts for rs in results.values() for r in rs) <= 5, results
     t.backfill()
     expected = sorted(w * 100 + i for w in range(writers) for i in range(per))

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from feedlog import failpoints
 from feedlog.delta import DeltaTable
 from feedlog.delta.committer import CommitConflict, Committed
 from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
@@ -227,6 +228,37 @@ def test_a_loser_holds_the_next_version_and_the_writer_behind_it_waits(owner: Ow
     assert t.version() == 3
 
 
+def test_a_request_past_the_line_before_the_turn_was_given_cannot_take_the_held_version(
+    owner: Owner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C's request found no line and went on; B then lost and got the turn; when C's request reaches
+    the decision, the version is B's: C is refused (retryable), B commits it."""
+    t = owner.create(batch_size=100)
+    owner.turns.grant_s = owner.turns.wait_s = 30
+    ref, auth, ict, stage = _stager(t)
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(failpoints.GATE_ENV, str(gate))
+    failpoints.arm("owner.admitted=wait@2")  # A's request passes first; C's is held there
+    try:
+        assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+        answer: list[Any] = []
+        c2 = stage(2, ict + 2)
+        th = threading.Thread(target=lambda: answer.append(owner.api.commit(ref, 2, c2, ict + 2, auth, b"C")))
+        th.start()
+        _until(lambda: failpoints._hits.get("owner.admitted") == 2, "C's request is past the line")
+        lost = owner.api.commit(ref, 1, stage(1, ict + 3), ict + 3, auth, b"B")
+        assert isinstance(lost, CommitConflict) and lost.turn  # B holds version 2
+        gate.touch()
+        th.join(15)
+        [c] = answer
+        assert isinstance(c, CommitConflict) and c.retryable and not c.turn and c.version == 2, c
+        assert "held" in c.reason
+        assert owner.api.commit(ref, 2, stage(2, ict + 4), ict + 4, auth, b"B") == Committed(2)
+    finally:
+        failpoints.arm("")
+        gate.touch()
+
+
 def test_a_request_without_a_turn_races_as_before(owner: Owner) -> None:
     t = owner.create(batch_size=100)
     turns = owner.turns
@@ -271,19 +303,20 @@ def test_requests_waiting_for_one_table_hold_at_most_a_quarter_of_the_servers_th
         for th in threads:
             th.start()
         _until(lambda: turns.waits == 2 and len(answers) == 4, "2 requests wait and 4 are answered")
-        # those beyond the waiting limit raced as before, and one of them took version 2
-        assert sorted(isinstance(x, Committed) for _, x in answers) == [False, False, False, True]
+        # those beyond the waiting limit are answered at once: version 2 is held, so a retryable
+        # refusal, no turn
+        assert all(isinstance(x, CommitConflict) and x.retryable and not x.turn for _, x in answers), answers
         started = time.monotonic()
         b.append(batch([1]))  # another table's commit is not held up
         assert time.monotonic() - started < 5
         assert turns.waits == 2
-        # the holder commits (version 3: one beyond the limit took 2); the first in line is answered
-        # with the turn, and once it commits, the second
-        assert api.commit(ref, 3, stage(3, ict + 20), ict + 20, auth, b"holds") == Committed(3)
+        # the holder commits version 2; the first in line is answered with the turn, and once it
+        # commits, the second
+        assert api.commit(ref, 2, stage(2, ict + 20), ict + 20, auth, b"holds") == Committed(2)
         _until(lambda: len(answers) == 5, "the first in line is answered")
         i, first = answers[4]
         assert isinstance(first, CommitConflict) and first.turn and first.version == 2
-        assert api.commit(ref, 4, stage(4, ict + 21), ict + 21, auth, b"h%d" % i) == Committed(4)
+        assert api.commit(ref, 3, stage(3, ict + 21), ict + 21, auth, b"h%d" % i) == Committed(3)
         for th in threads:
             th.join(10)
         assert len(answers) == 6 and turns.lapsed == 0

@@ -232,6 +232,7 @@ class _Ratification:
     ict: int
     release: bool
     checked: Binding | FeedlogError | None
+    turn: bytes = b""  # the transaction's turn id (turns.py), if it sent one
 
 
 def _hash(token: str) -> str:
@@ -496,7 +497,8 @@ class LocalOwner:
             checked = self._staged(storage, version, staged, ict, row.id)
         except FeedlogError as e:
             checked = e
-        response, before = self._group.submit(_Ratification(row.id, version, staged, ict, release, checked))
+        failpoints.point("owner.admitted")
+        response, before = self._group.submit(_Ratification(row.id, version, staged, ict, release, checked, turn))
         if before is None:
             return response  # refused, or a repeated request whose first answer was lost
         failpoints.point("owner.ratified")
@@ -573,6 +575,11 @@ class LocalOwner:
             ).fetchall()
             c = outcome.conflict
             return CommitConflict(c.version, c.retryable, c.reason, tuple((int(v), str(f)) for v, f in winners)), None
+        if item.turn and self.turns.held_for_another(row.id, item.turn):
+            # a request that passed the line before the table's turn was given: the version it
+            # would take is held for the writer that lost the race for the one before
+            reason = f"version {version} is held for a writer that lost a race for this table before this one"
+            return CommitConflict(version, True, reason), None
         now = self.clock.now_ms()
         db.execute(
             "INSERT INTO commits (table_id, version, file, ict, ratified_ms) VALUES (?, ?, ?, ?, ?)",

@@ -12,19 +12,21 @@ with a `turn` (the same opaque id on every attempt). When it loses a race, it
 gets the table's turn if nobody holds it or waits for it; otherwise its next
 request waits in the owner, in line, until the turn is its own, and is then
 answered with the winners to rebase on. Only the holder's request for the next
-version is ratified meanwhile: the others wait. Writers thus take turns, and
-those in line use no CPU and send no requests.
+version is ratified meanwhile: the others wait, and one that passed the line
+before the turn was given is refused where the version is decided
+(`held_for_another`, retryable). Writers thus take turns, and those in line use
+no CPU and send no requests.
 
 A turn is a courtesy of one owner process, held in memory: the database still
 decides every version, a restarted owner starts with no turns, and a request
-without a `turn` races as before. Nor is it a lock: a request that passed the
-line before the first turn was given can still take the held version, and a
-writer whose line emptied between two of its losses races again (8 writers on
-one table: 2 attempts a commit, at most 3 or 4; without turns 7, at most 33). Bounds, because waiting holds one of the
+without a `turn` races as before. Nor does it order everything: a writer whose
+line emptied between two of its losses races again (8 writers on one table: 2
+attempts a commit, at most 3 or 4; without turns 7, at most 33). Bounds, because waiting holds one of the
 server's threads: a turn lapses `grant_s` after it was given if its holder has
 not committed (a writer that crashed or gave up stalls the table that long), a
 request waits at most `wait_s`, and at most `max_waiters` requests wait at once
-in the whole owner, half of them for one table (the others race as before).
+in the whole owner, half of them for one table (the others are answered at once:
+refused while the next version is held, else they race).
 """
 
 from __future__ import annotations
@@ -159,6 +161,17 @@ class Turns:
             if (line.holder is None and not line.waiting) or line.holder == turn:
                 self._give(line, turn, now, slow)
             return line.holder == turn
+
+    def held_for_another(self, table_id: str, turn: bytes) -> bool:
+        """Whether the table's next version is held for a turn other than `turn` (checked where the
+        version is decided, so a request that passed the line before the turn was given cannot
+        take it)."""
+        with self._lock:
+            line = self._lines.get(table_id)
+            if line is None:
+                return False
+            self._expire(line, self._clock())
+            return line.holder is not None and line.holder != turn
 
     def done(self, table_id: str, turn: bytes) -> None:
         """`turn` committed (or failed for good): if it held the table's turn, the first in line gets it."""
