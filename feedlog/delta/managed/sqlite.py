@@ -482,8 +482,12 @@ class LocalOwner:
         row = self._table(table)
         self._authorize(row, auth)
         storage = self._storage(row.path)
-        if turn and version <= row.latest + 1 and self.turns.admit(row.id, turn, slow=scheme_of(row.path) is not None):
-            row = self._table(table)  # it waited in line: the versions it waited for are taken now
+        if turn and version <= row.latest + 1:
+            admitted = self.turns.admit(row.id, turn, slow=scheme_of(row.path) is not None)
+            if admitted == "waited":
+                row = self._table(table)  # the versions it waited for are taken now
+            elif admitted == "over":
+                turn = b""  # beyond the waiting limit it races, held version or not (turns.admit)
         # The staged file is read and checked here, before the lock and the SQLite transaction:
         # reading is the writer's I/O (a slow disk, a huge or hostile file) and must not hold up
         # other tables' commits. Its verdict is used only where the decision below needs it.

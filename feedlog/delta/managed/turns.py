@@ -25,8 +25,8 @@ attempts a commit, at most 3 or 4; without turns 7, at most 33). Bounds, because
 server's threads: a turn lapses `grant_s` after it was given if its holder has
 not committed (a writer that crashed or gave up stalls the table that long), a
 request waits at most `wait_s`, and at most `max_waiters` requests wait at once
-in the whole owner, half of them for one table (the others are answered at once:
-refused while the next version is held, else they race).
+in the whole owner, half of them for one table (the others race at once, as
+before turns, and may take even a held version).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ...errors import InvalidArgument
 
@@ -103,22 +104,24 @@ class Turns:
     def _give(self, line: _Line, turn: bytes, now: float, slow: bool) -> None:
         line.holder, line.lapses_at = turn, now + self.grant_s * (SLOW if slow else 1)
 
-    def admit(self, table_id: str, turn: bytes, *, slow: bool = False) -> bool:
-        """Before a request of `turn` may try the table's next version. Returns False at once when
-        `turn` holds the table's turn, nobody holds or waits for it, or too many requests wait
-        already; otherwise waits in line until the turn is `turn`'s or the wait is over, and returns
-        True (the caller re-reads the latest version, which may have moved meanwhile). `slow`: the
-        table is on an object store, where a writer's rebase and staging take longer."""
+    def admit(self, table_id: str, turn: bytes, *, slow: bool = False) -> Literal["go", "waited", "over"]:
+        """Before a request of `turn` may try the table's next version. "go" at once when `turn`
+        holds the table's turn or nobody holds or waits for it; "over" at once when too many
+        requests wait already (the request races, and may take even a held version: refusing it
+        would leave it nothing but to retry until the line drains); otherwise waits in line until
+        the turn is `turn`'s or the wait is over, then "waited" (the caller re-reads the latest
+        version, which may have moved meanwhile). `slow`: the table is on an object store, where a
+        writer's rebase and staging take longer."""
         with self._lock:
             now = self._clock()
             line = self._lines.get(table_id)
             if line is None:
-                return False
+                return "go"
             self._expire(line, now)
             if line.holder == turn or (line.holder is None and not line.waiting):
-                return False
+                return "go"
             if self._waiters >= self.max_waiters or len(line.waiting) >= self.per_table:
-                return False
+                return "over"
             me = _Waiter(turn, threading.Condition(self._lock))
             deadline = now + self.wait_s * (SLOW if slow else 1)
             self._waiters += 1
@@ -128,12 +131,12 @@ class Turns:
                 while True:
                     self._expire(line, now)
                     if line.holder == turn:  # the same transaction's earlier request, ahead in line, got it
-                        return True
+                        return "waited"
                     if line.waiting[0] is me and line.holder is None:
                         self._give(line, turn, now, slow)
-                        return True
+                        return "waited"
                     if now >= deadline:
-                        return True
+                        return "waited"
                     # the first in line also wakes when the holder's turn lapses
                     first = line.waiting[0] is me
                     until = min(deadline, line.lapses_at) if first and line.holder is not None else deadline
