@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,15 @@ from tests.delta.s3 import s3_server_fixture  # noqa: F401
 
 VECTORS = Path(__file__).parent / "vectors"
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll `pred` until it holds; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
 
 
 def load_tool(name: str) -> ModuleType:

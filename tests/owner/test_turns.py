@@ -25,15 +25,9 @@ from feedlog.delta.managed.client import GrpcOwner
 from feedlog.delta.managed.turns import MAX_TURN_BYTES, SWEEP_LINES, Turns
 from feedlog.errors import InvalidArgument
 from feedlog_server.owner import OwnerServer
+from tests.conftest import wait_until
 
 from .conftest import SCHEMA, Owner, batch
-
-
-def _until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.002)
 
 
 class _Requests:
@@ -54,7 +48,7 @@ class _Requests:
         th = threading.Thread(target=run, daemon=True)
         th.start()
         self.threads.append(th)
-        _until(lambda: self.turns.waits > before or not th.is_alive(), f"{turn!r} waits")
+        wait_until(lambda: self.turns.waits > before or not th.is_alive(), what=f"{turn!r} waits")
 
     def join(self) -> None:
         for th in self.threads:
@@ -84,7 +78,7 @@ def test_losers_take_turns_in_the_order_they_arrive() -> None:
     for holder, expected in ((b"a", [b"b"]), (b"b", [b"b", b"c"]), (b"c", [b"b", b"c", b"d"])):
         turns.done("t", holder)
         n = len(expected)
-        _until(lambda: len(requests.admitted) == n, f"{expected[-1]!r} is admitted")  # noqa: B023
+        wait_until(lambda: len(requests.admitted) == n, what=f"{expected[-1]!r} is admitted")  # noqa: B023
         assert [t for t, _ in requests.admitted] == expected and all(ok for _, ok in requests.admitted)
     turns.done("t", b"d")
     requests.join()
@@ -147,7 +141,7 @@ def test_a_request_that_fails_while_waiting_leaves_the_line() -> None:
 
     th = threading.Thread(target=wait, daemon=True)
     th.start()
-    _until(lambda: turns.waits == 1, "b waits")
+    wait_until(lambda: turns.waits == 1, what="b waits")
     fail.set()
     turns.done("t", b"a")  # wakes b, whose clock then fails
     th.join(10)
@@ -210,7 +204,7 @@ def test_a_loser_holds_the_next_version_and_the_writer_behind_it_waits(owner: Ow
     a2 = stage(2, ict + 3)
     th = threading.Thread(target=lambda: answer.append(owner.api.commit(ref, 2, a2, ict + 3, auth, b"A2")))
     th.start()
-    _until(lambda: turns.waits > waits, "A2 waits in line")
+    wait_until(lambda: turns.waits > waits, what="A2 waits in line")
     assert answer == []
 
     b2 = stage(2, ict + 4)
@@ -245,7 +239,7 @@ def test_a_request_past_the_line_before_the_turn_was_given_cannot_take_the_held_
         c2 = stage(2, ict + 2)
         th = threading.Thread(target=lambda: answer.append(owner.api.commit(ref, 2, c2, ict + 2, auth, b"C")))
         th.start()
-        _until(lambda: failpoints._hits.get("owner.admitted") == 2, "C's request is past the line")
+        wait_until(lambda: failpoints._hits.get("owner.admitted") == 2, what="C's request is past the line")
         lost = owner.api.commit(ref, 1, stage(1, ict + 3), ict + 3, auth, b"B")
         assert isinstance(lost, CommitConflict) and lost.turn  # B holds version 2
         gate.touch()
@@ -302,7 +296,7 @@ def test_requests_waiting_for_one_table_hold_at_most_a_quarter_of_the_servers_th
         threads = [threading.Thread(target=hostile, args=(i,), daemon=True) for i in range(6)]
         for th in threads:
             th.start()
-        _until(lambda: turns.waits == 2 and len(answers) == 4, "2 requests wait and 4 are answered")
+        wait_until(lambda: turns.waits == 2 and len(answers) == 4, what="2 requests wait and 4 are answered")
         # those beyond the waiting limit raced, held version or not, and one of them took version 2
         assert sorted(isinstance(x, Committed) for _, x in answers) == [False, False, False, True]
         started = time.monotonic()
@@ -312,7 +306,7 @@ def test_requests_waiting_for_one_table_hold_at_most_a_quarter_of_the_servers_th
         # the holder commits (version 3: one beyond the limit took 2); the first in line is answered
         # with the turn, and once it commits, the second
         assert api.commit(ref, 3, stage(3, ict + 20), ict + 20, auth, b"holds") == Committed(3)
-        _until(lambda: len(answers) == 5, "the first in line is answered")
+        wait_until(lambda: len(answers) == 5, what="the first in line is answered")
         i, first = answers[4]
         assert isinstance(first, CommitConflict) and first.turn and first.version == 2
         assert api.commit(ref, 4, stage(4, ict + 21), ict + 21, auth, b"h%d" % i) == Committed(4)
@@ -349,7 +343,7 @@ def test_one_table_takes_at_most_its_share_of_the_places_in_line() -> None:
     assert turns.waits == 3 and requests.admitted == []
     turns.done("busy", b"a")
     turns.done("other", b"x")
-    _until(lambda: len(requests.admitted) == 2, "b and y are admitted")
+    wait_until(lambda: len(requests.admitted) == 2, what="b and y are admitted")
     turns.done("busy", b"b")
     requests.join()
     assert sorted(requests.admitted) == [(b"b", True), (b"c", True), (b"y", True)]

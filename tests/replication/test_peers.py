@@ -36,20 +36,13 @@ from feedlog_server.app import PeerServer, ServerTls
 from feedlog_server.host import FeedHost
 from feedlog_server.rpc import rpc_handler
 from feedlog_server.service import FeedsService
+from tests.conftest import wait_until
 
 from .certs import make_pki
 from .conftest import KP, OTHER, local_feed, same_state
 
 Peers = Callable[..., PeerServer]
 Clients = Callable[..., FeedClient]
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def state_of(peer: PeerServer, key: bytes) -> pb.SignedState:

@@ -482,12 +482,13 @@ class LocalOwner:
         row = self._table(table)
         self._authorize(row, auth)
         storage = self._storage(row.path)
+        holds = turn  # whose turn the version must not be held against, where it is decided
         if turn and version <= row.latest + 1:
             admitted = self.turns.admit(row.id, turn, slow=scheme_of(row.path) is not None)
             if admitted == "waited":
                 row = self._table(table)  # the versions it waited for are taken now
             elif admitted == "over":
-                turn = b""  # beyond the waiting limit it races, held version or not (turns.admit)
+                holds = b""  # beyond the waiting limit it races, held version or not (turns.admit)
         # The staged file is read and checked here, before the lock and the SQLite transaction:
         # reading is the writer's I/O (a slow disk, a huge or hostile file) and must not hold up
         # other tables' commits. Its verdict is used only where the decision below needs it.
@@ -502,7 +503,7 @@ class LocalOwner:
         except FeedlogError as e:
             checked = e
         failpoints.point("owner.admitted")
-        response, before = self._group.submit(_Ratification(row.id, version, staged, ict, release, checked, turn))
+        response, before = self._group.submit(_Ratification(row.id, version, staged, ict, release, checked, holds))
         if before is None:
             return response  # refused, or a repeated request whose first answer was lost
         failpoints.point("owner.ratified")
