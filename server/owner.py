@@ -85,6 +85,7 @@ class OwnerService:
             request.in_commit_timestamp,
             auth_of(context),
             request.turn or None,
+            watch=context.add_callback,  # a request waiting for its turn leaves when its call ends
         )
         return _outcome(r)
 

@@ -23,7 +23,7 @@ from feedlog.delta.committer import CommitConflict, Committed
 from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
 from feedlog.delta.managed.client import GrpcOwner
 from feedlog.delta.managed.turns import MAX_TURN_BYTES, SWEEP_LINES, Turns
-from feedlog.errors import InvalidArgument
+from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
 from feedlog_server.owner import OwnerServer
 from tests.conftest import wait_until
 
@@ -149,6 +149,69 @@ def test_a_request_that_fails_while_waiting_leaves_the_line() -> None:
     assert turns._waiters == 0 and not turns._lines  # no ghost left first in line
     fail.clear()
     assert turns.lost("t", b"c") is True  # the next loser gets the turn as if b had never been
+
+
+def test_a_request_whose_call_ends_leaves_the_line_at_once() -> None:
+    """`watch` is how the served owner learns that a waiting request's call ended (the client
+    cancelled, or its deadline passed): the request leaves the line then, not when its wait is over,
+    and the next in line moves up; a call that ended before the request queued does not wait at all."""
+    turns = Turns(grant_s=30, wait_s=30)
+    turns.lost("t", b"a")
+    ended: list[Callable[[], None]] = []
+    errors: list[BaseException] = []
+
+    def watch(fn: Callable[[], None]) -> bool:  # as a gRPC context's add_callback: the call is still on
+        ended.append(fn)
+        return True
+
+    def wait() -> None:
+        try:
+            turns.admit("t", b"b", watch=watch)
+        except Unavailable as e:
+            errors.append(e)
+
+    th = threading.Thread(target=wait, daemon=True)
+    th.start()
+    wait_until(lambda: turns.waits == 1 and bool(ended), what="b waits, watched")
+    requests = _Requests(turns)
+    requests.arrive(b"c")  # behind b
+    started = time.monotonic()
+    ended[0]()  # b's call ends
+    th.join(10)
+    assert time.monotonic() - started < 5 and not th.is_alive()
+    assert len(errors) == 1 and "ended while it waited" in str(errors[0]) and turns.gone == 1
+    assert [w.turn for w in turns._lines["t"].waiting] == [b"c"]  # c is first in line now
+    with pytest.raises(Unavailable):
+        turns.admit("t", b"d", watch=lambda fn: False)  # its call had ended already
+    assert turns.gone == 2 and [w.turn for w in turns._lines["t"].waiting] == [b"c"]
+    ended[0]()  # called again once the call is over (gRPC calls it on every ending): harmless
+    turns.done("t", b"a")
+    requests.join()
+    assert requests.admitted == [(b"c", True)] and turns._lines["t"].holder == b"c" and turns._waiters == 0
+
+
+def test_a_served_owner_frees_the_thread_of_a_waiting_request_whose_deadline_passed(tmp_path: Path) -> None:
+    """A client whose deadline passes while its request waits in line does not keep one of the
+    owner's threads for the rest of the wait (here 30 s): the request leaves when the call ends."""
+    root = tmp_path / "tables"
+    root.mkdir()
+    with OwnerServer(tmp_path / "o.db", "127.0.0.1:0", roots=[root], workers=8) as server:
+        turns = server.owner.turns
+        turns.grant_s = turns.wait_s = 30
+        t = DeltaTable.create(root / "a", SCHEMA, owner=Binding.feedlog(endpoint=server.endpoint))
+        api = GrpcOwner(server.endpoint, timeout=60)
+        ref, auth, ict, stage = _stager(t)
+        assert api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"won") == Committed(1)
+        assert isinstance(api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"holds"), CommitConflict)
+        impatient = GrpcOwner(server.endpoint, timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(FeedlogError):  # its deadline passed while it waited behind the holder
+            impatient.commit(ref, 2, stage(2, ict + 3), ict + 3, auth, b"impatient")
+        wait_until(lambda: turns.gone == 1 and turns._waiters == 0, timeout=10, what="the request leaves the line")
+        assert time.monotonic() - started < 10 and turns.waits == 1
+        assert api.commit(ref, 2, stage(2, ict + 4), ict + 4, auth, b"holds") == Committed(2)
+        impatient.close()
+        api.close()
 
 
 def test_the_same_turn_twice_in_line_does_not_wait_for_itself() -> None:

@@ -29,7 +29,7 @@ import hmac
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import astuple, dataclass, replace
@@ -455,13 +455,22 @@ class LocalOwner:
         return settled
 
     def commit(
-        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, turn: bytes | None = None
+        self,
+        table: TableRef,
+        version: int,
+        staged: str,
+        ict: int,
+        auth: Auth,
+        turn: bytes | None = None,
+        *,
+        watch: Callable[[Callable[[], None]], bool] | None = None,
     ) -> CommitResponse:
+        """`CommitOwner.commit`; `watch`: how a served owner learns that the call ended (`Turns.admit`)."""
         if not turn:
             return self._ratify(table, version, staged, ict, auth, release=False)
         Turns.check(turn)
         try:
-            response = self._ratify(table, version, staged, ict, auth, release=False, turn=turn)
+            response = self._ratify(table, version, staged, ict, auth, release=False, turn=turn, watch=watch)
         except BaseException:
             self.turns.done(table.table_id, turn)
             raise
@@ -476,7 +485,16 @@ class LocalOwner:
         return self._ratify(table, version, staged, ict, auth, release=True)
 
     def _ratify(
-        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, *, release: bool, turn: bytes = b""
+        self,
+        table: TableRef,
+        version: int,
+        staged: str,
+        ict: int,
+        auth: Auth,
+        *,
+        release: bool,
+        turn: bytes = b"",
+        watch: Callable[[Callable[[], None]], bool] | None = None,
     ) -> CommitResponse:
         _check_numbers(version, ict)
         row = self._table(table)
@@ -484,7 +502,7 @@ class LocalOwner:
         storage = self._storage(row.path)
         holds = turn  # whose turn the version must not be held against, where it is decided
         if turn and version <= row.latest + 1:
-            admitted = self.turns.admit(row.id, turn, slow=scheme_of(row.path) is not None)
+            admitted = self.turns.admit(row.id, turn, slow=scheme_of(row.path) is not None, watch=watch)
             if admitted == "waited":
                 row = self._table(table)  # the versions it waited for are taken now
             elif admitted == "over":

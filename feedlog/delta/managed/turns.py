@@ -24,9 +24,10 @@ line emptied between two of its losses races again (8 writers on one table: 2
 attempts a commit, at most 3 or 4; without turns 7, at most 33). Bounds, because waiting holds one of the
 server's threads: a turn lapses `grant_s` after it was given if its holder has
 not committed (a writer that crashed or gave up stalls the table that long), a
-request waits at most `wait_s`, and at most `max_waiters` requests wait at once
-in the whole owner, half of them for one table (the others race at once, as
-before turns, and may take even a held version).
+request waits at most `wait_s` (and leaves when its call ends: `admit`'s
+`watch`), and at most `max_waiters` requests wait at once in the whole owner,
+half of them for one table (the others race at once, as before turns, and may
+take even a held version).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, Unavailable
 
 #: longest turn id accepted (clients send 16 random bytes)
 MAX_TURN_BYTES = 64
@@ -52,6 +53,7 @@ SLOW = 10
 class _Waiter:
     turn: bytes
     woken: threading.Condition  # on the line's one lock: a hand-over wakes the first in line, not all
+    gone: bool = False  # its call ended (the client cancelled, or its deadline passed): stop waiting
 
 
 @dataclass
@@ -81,9 +83,11 @@ class Turns:
         self._lines: dict[str, _Line] = {}
         self._waiters = 0
         self._swept_at = float("-inf")
-        #: requests that waited in line, and turns that lapsed (tests and benchmarks read them)
+        #: requests that waited in line, turns that lapsed, and waiting requests whose call ended
+        #: (tests and benchmarks read them)
         self.waits = 0
         self.lapsed = 0
+        self.gone = 0
 
     @staticmethod
     def check(turn: bytes) -> None:
@@ -104,14 +108,24 @@ class Turns:
     def _give(self, line: _Line, turn: bytes, now: float, slow: bool) -> None:
         line.holder, line.lapses_at = turn, now + self.grant_s * (SLOW if slow else 1)
 
-    def admit(self, table_id: str, turn: bytes, *, slow: bool = False) -> Literal["go", "waited", "over"]:
+    def admit(
+        self,
+        table_id: str,
+        turn: bytes,
+        *,
+        slow: bool = False,
+        watch: Callable[[Callable[[], None]], bool] | None = None,
+    ) -> Literal["go", "waited", "over"]:
         """Before a request of `turn` may try the table's next version. "go" at once when `turn`
         holds the table's turn or nobody holds or waits for it; "over" at once when too many
         requests wait already (the request races, and may take even a held version: refusing it
         would leave it nothing but to retry until the line drains); otherwise waits in line until
         the turn is `turn`'s or the wait is over, then "waited" (the caller re-reads the latest
         version, which may have moved meanwhile). `slow`: the table is on an object store, where a
-        writer's rebase and staging take longer."""
+        writer's rebase and staging take longer. `watch(fn)` (a gRPC context's `add_callback`) has
+        `fn` called when the request's call ends: a request whose client is gone leaves the line at
+        once (`Unavailable`) rather than holding its thread until the wait is over; False from
+        `watch` means the call has ended already."""
         with self._lock:
             now = self._clock()
             line = self._lines.get(table_id)
@@ -128,7 +142,12 @@ class Turns:
             self.waits += 1
             line.waiting.append(me)
             try:
+                if watch is not None and not watch(lambda: self._gone(me)):
+                    me.gone = True
                 while True:
+                    if me.gone:
+                        self.gone += 1
+                        raise Unavailable("the call ended while it waited for the table's turn")
                     self._expire(line, now)
                     if line.holder == turn:  # the same transaction's earlier request, ahead in line, got it
                         return "waited"
@@ -149,6 +168,12 @@ class Turns:
                     self._wake_first(line)  # the next in line waits for this turn, or takes a free one
                 self._waiters -= 1
                 self._tidy(table_id, line)
+
+    def _gone(self, me: _Waiter) -> None:
+        """A waiting request's call ended (called from gRPC's thread, after the request left the line too)."""
+        with self._lock:
+            me.gone = True
+            me.woken.notify()
 
     def lost(self, table_id: str, turn: bytes, *, slow: bool = False) -> bool:
         """`turn` lost the race for a version: it gets the table's turn if nobody holds or waits for it.
