@@ -29,7 +29,7 @@ import hmac
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import astuple, dataclass, replace
@@ -57,7 +57,7 @@ from .places import Places
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
 from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide, decide_register, make_proposal
 from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
-from .turns import Turns
+from .turns import Turns, Watch
 
 #: table ids are UUIDs in practice
 _MAX_ID = 1024
@@ -463,7 +463,7 @@ class LocalOwner:
         auth: Auth,
         turn: bytes | None = None,
         *,
-        watch: Callable[[Callable[[], None]], bool] | None = None,
+        watch: Watch | None = None,
     ) -> CommitResponse:
         """`CommitOwner.commit`; `watch`: how a served owner learns that the call ended (`Turns.admit`)."""
         if not turn:
@@ -494,7 +494,7 @@ class LocalOwner:
         *,
         release: bool,
         turn: bytes = b"",
-        watch: Callable[[Callable[[], None]], bool] | None = None,
+        watch: Watch | None = None,
     ) -> CommitResponse:
         _check_numbers(version, ict)
         row = self._table(table)

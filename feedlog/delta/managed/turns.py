@@ -41,6 +41,9 @@ from typing import Literal
 
 from ...errors import InvalidArgument, Unavailable
 
+#: how a request learns that its call ended: `watch(fn)` has `fn` called then (a gRPC context's
+#: `add_callback`); False if it has ended already
+Watch = Callable[[Callable[[], None]], bool]
 #: longest turn id accepted (clients send 16 random bytes)
 MAX_TURN_BYTES = 64
 #: with this many lines kept, a new one first sweeps out the lapsed ones (at most once a grant)
@@ -114,7 +117,7 @@ class Turns:
         turn: bytes,
         *,
         slow: bool = False,
-        watch: Callable[[Callable[[], None]], bool] | None = None,
+        watch: Watch | None = None,
     ) -> Literal["go", "waited", "over"]:
         """Before a request of `turn` may try the table's next version. "go" at once when `turn`
         holds the table's turn or nobody holds or waits for it; "over" at once when too many
