@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import pyarrow as pa
 
 from ..clock import Clock, SystemClock
-from ..errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unsupported
+from ..errors import AlreadyExists, Conflict, FeedlogError, InvalidArgument, NotFound, Unsupported
 from ..rpc import Tls
 from .actions import ENABLE_ICT, ICT, MANAGED_COMMITS, OWNER_CONF, OWNER_NAME, Add, Metadata, Protocol
 from .committer import Committer, FilesystemCommitter, commit_path
@@ -287,10 +287,19 @@ class DeltaTable:
 
     # writing
 
-    def transaction(self, operation: str = "WRITE") -> Transaction:
+    def transaction(self, operation: str = "WRITE", *, refresh: bool = True) -> Transaction:
         """A write on the latest state; Unsupported at once, before any data file is written,
-        if the table has a feature feedlog cannot honour when writing (TTL compaction, the sink)."""
-        snapshot = Snapshot(self.storage, self._latest(write=True))
+        if the table has a feature feedlog cannot honour when writing (TTL compaction, the sink).
+
+        `refresh=False`: on the state this handle last read or committed (`commit(tx)`, not
+        `tx.commit()`, tells the handle what it committed), without asking the
+        table (a listing, and the commit owner's round trip) whether anything is newer. The commit
+        rebases onto whatever is (optimistic concurrency: a blind append never conflicts, so it
+        commits just the same), at the cost of one lost attempt when something was. For a writer
+        that keeps its handle and appends, mostly alone, that is one call per commit instead of two.
+        """
+        state = self._cache if not refresh and self._cache is not None else self._latest(write=True)
+        snapshot = Snapshot(self.storage, state)
         check_writable(snapshot.protocol, metadata=snapshot.metadata)
         committer = self.fixed_committer or self.owners.router(self.storage, snapshot.protocol, snapshot.metadata)
         return Transaction(
@@ -324,30 +333,58 @@ class DeltaTable:
         """
         if mode not in ("append", "overwrite"):
             raise InvalidArgument(f"mode must be 'append' or 'overwrite', not {mode!r}")
-        tx = self.transaction("WRITE")
-        if txn is not None:
-            done = tx.base.txns.get(txn[0])
-            if done is not None and done.version >= txn[1]:
-                return CommitResult(None, skipped=True)
-            tx.set_txn(*txn)
-        snapshot = Snapshot(self.storage, tx.base)
-        check_writable(snapshot.protocol, metadata=snapshot.metadata)
-        tx.operation_parameters = {"mode": mode.capitalize(), "partitionBy": list(snapshot.partition_columns)}
-        adds = self.write_files(data, snapshot)
+        if mode == "append" and self._cache is not None:
+            # A blind append starts from what this handle holds (transaction(refresh=False)): a
+            # commit made since is rebased over. Anything the state it started from may have
+            # decided (a commit since changed the schema or protocol, carries the same txn appId,
+            # installed or removed an owner, ...) and that was refused before anything was
+            # committed is done again on the latest state, as if it had started there.
+            try:
+                return self._append(data, txn, mode, refresh=False)
+            except _Stale:
+                pass  # nothing was committed and its files are gone
+        return self._append(data, txn, mode, refresh=True)
+
+    def _append(
+        self, data: pa.Table | pa.RecordBatch, txn: tuple[str, int] | None, mode: str, *, refresh: bool
+    ) -> CommitResult:
+        try:
+            tx = self.transaction("WRITE", refresh=refresh)
+            if txn is not None:
+                done = tx.base.txns.get(txn[0])
+                if done is not None and done.version >= txn[1]:
+                    return CommitResult(None, skipped=True)
+                tx.set_txn(*txn)
+            snapshot = Snapshot(self.storage, tx.base)
+            check_writable(snapshot.protocol, metadata=snapshot.metadata)
+            tx.operation_parameters = {"mode": mode.capitalize(), "partitionBy": list(snapshot.partition_columns)}
+            adds = self.write_files(data, snapshot)  # leaves none of its files when it fails
+        except FeedlogError:
+            if refresh:
+                raise
+            raise _Stale from None  # refused for the schema or protocol of the state the handle held
         tx.add_files(adds)
         if mode == "overwrite":
             tx.reads_whole_table = True
             tx.remove_files(snapshot.files())
         try:
-            return self.commit(tx)
+            result = self.commit(tx)
         except (Conflict, Unsupported):
             # Definitely not committed (Unsupported: refused before any commit was tried, e.g. a
             # filesystem table on a store without conditional put), so the files are unreferenced:
             # remove them now rather than at vacuum. Any other failure (I/O, interrupt) may have
             # committed them; they stay.
-            for a in adds:
-                self.storage.delete(urllib.parse.unquote(a.path))
-            raise
+            self._discard(adds)
+            if refresh:
+                raise
+            raise _Stale from None
+        if result.skipped:  # the txn version landed meanwhile (seen on rebase): these files were not committed
+            self._discard(adds)
+        return result
+
+    def _discard(self, adds: Sequence[Add]) -> None:
+        for a in adds:
+            self.storage.delete(urllib.parse.unquote(a.path))
 
     def set_properties(self, updates: Mapping[str, str | None]) -> CommitResult:
         tx = self.transaction("SET TBLPROPERTIES")
@@ -449,3 +486,8 @@ class DeltaTable:
 
 
 __all__ = ["DeltaTable"]
+
+
+class _Stale(Exception):
+    """An append started from the state its handle held was refused before anything was committed,
+    possibly for what that state said: `append` does it again on the latest state."""

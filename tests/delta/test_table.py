@@ -173,7 +173,8 @@ def test_claimed_txn_ranges_are_rechecked_on_every_rebase(new_table, clock, tmp_
 
 
 def test_failed_commit_leaves_no_data_files(new_table, clock, tmp_path):
-    t = new_table()
+    new_table()
+    t = DeltaTable.open(tmp_path / "t", clock=clock)  # a handle with no state yet: its append reads the table
     other = DeltaTable.open(tmp_path / "t", clock=clock)
     other.append(rows(0, 1), txn=("job", 5))
     t.max_commit_attempts = 1
@@ -181,12 +182,12 @@ def test_failed_commit_leaves_no_data_files(new_table, clock, tmp_path):
     tx_files_before = {p.name for p in (tmp_path / "t").glob("*.parquet")}
     orig = t.transaction
 
-    def racing_transaction(operation: str = "WRITE"):
-        tx = orig(operation)
+    def racing_transaction(operation: str = "WRITE", **kw: Any):
+        tx = orig(operation, **kw)
         other.append(rows(1, 1), txn=("job", 6))
         return tx
 
-    t.transaction = racing_transaction
+    t.transaction = racing_transaction  # type: ignore[method-assign]
     with pytest.raises(ConcurrentModification):
         t.append(rows(2, 1), txn=("job", 6))
     after = {p.name for p in (tmp_path / "t").glob("*.parquet")}
@@ -354,3 +355,85 @@ def test_a_committer_of_ones_own_with_the_protocols_signature_commits_and_rebase
     result = tx.commit()
     assert (result.version, result.attempts, mine.calls) == (2, 2, 3)
     assert t.snapshot().num_records() == 4
+
+
+def read_counter(t: DeltaTable) -> list[bool]:
+    """Records each time `t` reads the table's latest state (a listing, or the owner's round trip)."""
+    reads: list[bool] = []
+    latest = t._latest
+
+    def counted(write: bool = False) -> Any:
+        reads.append(write)
+        return latest(write)
+
+    t._latest = counted  # type: ignore[method-assign]
+    return reads
+
+
+def parquet_files(t: DeltaTable) -> set[str]:
+    return {p.name for p in Path(t.storage.location).glob("*.parquet")}
+
+
+def test_a_handle_that_keeps_its_state_writes_on_it_and_rebases_when_it_is_stale(new_table, clock, tmp_path):
+    """transaction(refresh=False) starts from what the handle last read or committed, without asking the
+    table; the commit rebases onto anything newer, so nothing is lost and versions stay contiguous."""
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+    assert t.append(rows(0, 1)).version == 1
+    assert other.append(rows(1, 1)).version == 2  # t's state is now one version behind
+    reads = read_counter(t)
+    tx = t.transaction("WRITE", refresh=False)
+    assert tx.base.version == 1 and not reads  # the handle's own state: the table was not read
+    tx.add_files(t.write_files(rows(2, 1)))
+    result = t.commit(tx)
+    assert (result.version, result.attempts) == (3, 2)  # lost to version 2, rebased onto it
+    tx = t.transaction("WRITE", refresh=False)
+    assert tx.base.version == 3  # the state it committed
+    assert t.transaction("WRITE").base.version == 3  # the default reads the table: nothing newer
+    other.append(rows(3, 1))
+    assert t.transaction("WRITE").base.version == 4
+    assert sorted_rows(DeltaTable.open(tmp_path / "t").to_arrow(), "seq") == [(0,), (1,), (2,), (3,)]
+
+
+def test_appends_through_one_handle_do_not_reread_the_table_and_lose_nothing(new_table, clock, tmp_path):
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+    t.append(rows(0, 1))
+    reads = read_counter(t)
+    for i in range(1, 4):
+        assert t.append(rows(i, 1)).attempts == 1
+    assert not reads  # alone on the table, each append was its commit and nothing else
+    other.append(rows(10, 1))
+    other.append(rows(11, 1))
+    result = t.append(rows(4, 1))
+    assert (result.version, result.attempts) == (7, 2)  # stale: lost once, rebased onto the winners
+    assert t.version() == 7
+    assert sorted_rows(t.to_arrow(), "seq") == [(i,) for i in (0, 1, 2, 3, 4, 10, 11)]
+    assert len(parquet_files(t)) == 7
+
+
+def test_an_append_on_a_stale_handle_after_a_metadata_change_is_written_again_on_the_latest_state(
+    new_table, clock, tmp_path
+):
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+    t.append(rows(0, 1))
+    other.set_properties({"delta.logRetentionDuration": "interval 2 days"})
+    result = t.append(rows(1, 1))  # its files were shaped by the old metadata: dropped, written again
+    assert result.version == 3
+    s = DeltaTable.open(tmp_path / "t").snapshot()
+    assert s.metadata is not None and s.metadata.configuration["delta.logRetentionDuration"] == "interval 2 days"
+    assert sorted_rows(s.to_arrow(), "seq") == [(0,), (1,)]
+    assert parquet_files(t) == {Path(a.path).name for a in s.files()}  # the first try's file is gone
+
+
+def test_a_stale_append_whose_txn_landed_meanwhile_is_skipped_and_leaves_no_files(new_table, clock, tmp_path):
+    t = new_table()
+    other = DeltaTable.open(tmp_path / "t", clock=clock)
+    t.append(rows(0, 1), txn=("job", 1))
+    other.append(rows(1, 1), txn=("job", 2))  # the retried batch another process landed first
+    result = t.append(rows(1, 1), txn=("job", 2))  # t's state still says job is at 1
+    assert result.skipped and result.version is None
+    s = DeltaTable.open(tmp_path / "t").snapshot()
+    assert s.version == 2 and s.txn_version("job") == 2 and s.num_records() == 2
+    assert parquet_files(t) == {Path(a.path).name for a in s.files()}  # no file of the skipped batch

@@ -60,10 +60,10 @@ end = start_at + seconds
 cpu = time.process_time()
 while time.time() < end:
     t0 = time.perf_counter()
-    tx = t.transaction("WRITE")
+    tx = t.transaction("WRITE", refresh=False)  # a writer that keeps its handle: no re-read before each commit
     tx.set_txn(who, i)
     try:
-        r = tx.commit()
+        r = t.commit(tx)
     except Conflict:  # lost max_attempts races in a row: counted, and txn i is tried again
         gave_up += 1
         continue
