@@ -35,7 +35,7 @@ from .log import (
     load_state,
 )
 from .maintenance import cleanup_log, write_checkpoint
-from .managed.committer import ManagedCommitter
+from .managed.committer import ManagedCommitter, Router
 from .managed.owners import Owners
 from .managed.protocol import Binding, TableStatus
 from .objectstore import open_storage
@@ -341,15 +341,24 @@ class DeltaTable:
             # committed is done again on the latest state, as if it had started there.
             try:
                 return self._append(data, txn, mode, refresh=False)
-            except _Stale:
-                pass  # nothing was committed and its files are gone
+            except _Stale as stale:  # nothing was committed and its files are gone
+                # the same turn: the lost attempt may hold the table's next version for it (turns.py)
+                return self._append(data, txn, mode, refresh=True, turn=stale.turn)
         return self._append(data, txn, mode, refresh=True)
 
     def _append(
-        self, data: pa.Table | pa.RecordBatch, txn: tuple[str, int] | None, mode: str, *, refresh: bool
+        self,
+        data: pa.Table | pa.RecordBatch,
+        txn: tuple[str, int] | None,
+        mode: str,
+        *,
+        refresh: bool,
+        turn: bytes | None = None,
     ) -> CommitResult:
         try:
             tx = self.transaction("WRITE", refresh=refresh)
+            if turn is not None and isinstance(tx.committer, Router):
+                tx.committer.turn = turn
             if txn is not None:
                 done = tx.base.txns.get(txn[0])
                 if done is not None and done.version >= txn[1]:
@@ -362,7 +371,7 @@ class DeltaTable:
         except FeedlogError:
             if refresh:
                 raise
-            raise _Stale from None  # refused for the schema or protocol of the state the handle held
+            raise _Stale(None) from None  # refused for the schema or protocol of the state the handle held
         tx.add_files(adds)
         if mode == "overwrite":
             tx.reads_whole_table = True
@@ -377,7 +386,7 @@ class DeltaTable:
             self._discard(adds)
             if refresh:
                 raise
-            raise _Stale from None
+            raise _Stale(tx.committer.turn if isinstance(tx.committer, Router) else None) from None
         if result.skipped:  # the txn version landed meanwhile (seen on rebase): these files were not committed
             self._discard(adds)
         return result
@@ -490,4 +499,9 @@ __all__ = ["DeltaTable"]
 
 class _Stale(Exception):
     """An append started from the state its handle held was refused before anything was committed,
-    possibly for what that state said: `append` does it again on the latest state."""
+    possibly for what that state said: `append` does it again on the latest state (with `turn`, the
+    id its commits were made under, if any)."""
+
+    def __init__(self, turn: bytes | None) -> None:
+        super().__init__()
+        self.turn = turn

@@ -214,6 +214,22 @@ def test_a_served_owner_frees_the_thread_of_a_waiting_request_whose_deadline_pas
         api.close()
 
 
+def test_an_append_redone_on_the_latest_state_keeps_the_turn_its_lost_attempt_holds(owner: Owner) -> None:
+    """A handle's append starts from the state it holds (DeltaTable.append). When a commit since
+    changed the table's metadata, its lost attempt is given the table's turn and the append is redone
+    on the latest state: under the same turn, so the redo does not wait for that turn to lapse."""
+    t = owner.create()
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30  # a redo under a new turn would wait behind the old one this long
+    other = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    t.append(batch([1]))
+    other.set_properties({"delta.logRetentionDuration": "interval 2 days"})  # t's state is now stale
+    started = time.monotonic()
+    assert t.append(batch([2])).version == 3
+    assert time.monotonic() - started < 10 and turns.waits == 0 and turns.lapsed == 0
+    assert sorted(other.to_arrow().column("id").to_pylist()) == [1, 2]
+
+
 def test_the_same_turn_twice_in_line_does_not_wait_for_itself() -> None:
     """A client that retries after a lost answer sends its turn again while the first request waits."""
     turns = Turns(grant_s=30, wait_s=30)
