@@ -377,23 +377,17 @@ class DeltaTable:
             tx.reads_whole_table = True
             tx.remove_files(snapshot.files())
         try:
-            result = self.commit(tx)
+            return self.commit(tx)
         except (Conflict, Unsupported):
             # Definitely not committed (Unsupported: refused before any commit was tried, e.g. a
             # filesystem table on a store without conditional put), so the files are unreferenced:
             # remove them now rather than at vacuum. Any other failure (I/O, interrupt) may have
             # committed them; they stay.
-            self._discard(adds)
+            for a in adds:
+                self.storage.delete(urllib.parse.unquote(a.path))
             if refresh:
                 raise
             raise _Stale(tx.committer.turn if isinstance(tx.committer, Router) else None) from None
-        if result.skipped:  # the txn version landed meanwhile (seen on rebase): these files were not committed
-            self._discard(adds)
-        return result
-
-    def _discard(self, adds: Sequence[Add]) -> None:
-        for a in adds:
-            self.storage.delete(urllib.parse.unquote(a.path))
 
     def set_properties(self, updates: Mapping[str, str | None]) -> CommitResult:
         tx = self.transaction("SET TBLPROPERTIES")
