@@ -110,10 +110,12 @@ class FilesWritten(WriterCommitMessage):
 def feed_ranges(data: pa.Table) -> dict[str, FeedRange]:
     if data.num_rows == 0 or "feed" not in data.column_names or "seq" not in data.column_names:
         return {}
-    agg = data.group_by("feed").aggregate([("seq", "min"), ("seq", "max"), ("seq", "count")])
+    # the columns needed first: filtering the whole table would copy every column of every row
+    agg = data.select(["feed", "seq"]).group_by("feed").aggregate([("seq", "min"), ("seq", "max"), ("seq", "count")])
     out = {r["feed"]: FeedRange(r["seq_min"], r["seq_max"], r["seq_count"]) for r in agg.to_pylist()}
     if "signed" in data.column_names:
-        signed = data.filter(pc.is_valid(data.column("signed"))).select(["feed", "signed"]).to_pylist()
+        states = data.select(["feed", "signed"])
+        signed = states.filter(pc.is_valid(states.column("signed"))).to_pylist()
         for row in signed:
             s = row["signed"]
             r = out[row["feed"]]
