@@ -79,6 +79,9 @@ TOKEN_FILE = "owner-token"
 #: Spark options `storage.KEY` are the table's object-store options (delta-rs's keys), e.g.
 #: .option("storage.AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
 STORAGE_PREFIX = "storage."
+#: bytes of Arrow data a sink task holds before writing them out as Parquet files (so a task's memory
+#: is bounded by this, not by its partition's size); a partition under it is one file, as before
+FLUSH_BYTES = 256 << 20
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 DEFAULT_CHECKPOINT_INTERVAL = 10
 
@@ -258,6 +261,8 @@ class SinkConfig:
     clock: Clock = field(default_factory=SystemClock)
     #: the table's object-store options (`storage.KEY` options), for executors and the committing worker
     storage_options: dict[str, str] | None = None
+    #: a task writes out what it holds once it holds this many bytes of Arrow data (`write`)
+    flush_bytes: int = FLUSH_BYTES
 
     def storage(self) -> Storage:
         return open_storage(self.path, self.storage_options)
@@ -311,25 +316,43 @@ class SinkConfig:
     # executors
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> FilesWritten:
-        got = list(batches)
-        if not got:
-            return FilesWritten([])
-        data = conform(pa.Table.from_batches(got), self.schema)
-        adds = write_files(
-            self.storage(),
-            self.schema,
-            self.partition_columns,
-            data,
-            self.clock.now_ms(),
-            lambda: str(uuid.uuid4()),
-            self.write_options,
-        )
+        """A task's rows as Parquet files, written as they come: whenever `flush_bytes` of Arrow data
+        are held, they go out as files and are let go, so a task holds that much whatever the size
+        of its partition (as Spark's own writers stream theirs)."""
+        adds: list[Add] = []
+        ranges: dict[str, FeedRange] = {}
+        held: list[pa.RecordBatch] = []
+        size = 0
         try:
+            for batch in batches:
+                held.append(batch)
+                size += batch.nbytes
+                if size >= self.flush_bytes:
+                    self._write_held(held, adds, ranges)
+                    held, size = [], 0
+            if held:
+                self._write_held(held, adds, ranges)
             failpoints.point("sink.written")
         except BaseException:
             self._discard(adds)  # the task fails: its files are nobody's
             raise
-        return FilesWritten([a.to_json() for a in adds], feed_ranges(data))
+        return FilesWritten([a.to_json() for a in adds], ranges)
+
+    def _write_held(self, held: list[pa.RecordBatch], adds: list[Add], ranges: dict[str, FeedRange]) -> None:
+        data = conform(pa.Table.from_batches(held), self.schema)
+        adds.extend(
+            write_files(
+                self.storage(),
+                self.schema,
+                self.partition_columns,
+                data,
+                self.clock.now_ms(),
+                lambda: str(uuid.uuid4()),
+                self.write_options,
+            )
+        )
+        for k, r in feed_ranges(data).items():
+            ranges[k] = ranges[k].merge(r) if k in ranges else r
 
     # the committing worker
 

@@ -5,9 +5,12 @@ run, and a table that real readers (deltalake) and the audit agree with."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from feedlog import failpoints
@@ -15,7 +18,8 @@ from feedlog.delta import DeltaTable
 from feedlog.errors import Corruption, Unavailable
 from feedlog.lake.audit import audit_table
 from feedlog.lake.ingest import ingest_batch
-from feedlog.lake.land import land_here
+from feedlog.lake.land import _prepare, land_here
+from feedlog.lake.source import read_partition
 from feedlog.log import storage
 from feedlog.log.core import Core
 
@@ -137,3 +141,47 @@ def test_auto_lands_here_only_few_entries_of_few_bytes_from_a_directory_or_a_pee
     ingest_batch(None, [str(tmp_path / "feed")], str(tmp_path / "table"), progress=lambda _m: None)
     (p,) = plan([FeedSource.parse(str(tmp_path / "feed"))], str(tmp_path / "table"))
     assert (p.entries, p.bytes) == (0, 0)  # all landed: nothing left to weigh
+
+
+def test_a_task_writes_its_rows_out_as_they_come_and_a_failed_task_leaves_no_file(tmp_path: Path) -> None:
+    """A sink task holds at most `flush_bytes` of Arrow data: past that it writes files and lets the
+    rows go, so its memory does not grow with its partition; the files add up to every row once, with
+    one provenance range per feed. A task that fails after some of its files are out removes them."""
+    feed = make_feed(tmp_path / "a", 900, kp=KEY_A, batch=100)
+    feed.close()
+    table = tmp_path / "table"
+    reader, parts, config = _prepare({"feeds": str(tmp_path / "a"), "maxEntriesPerPartition": "1000"}, str(table), {})
+    assert len(parts) == 1
+    batches = [b.slice(i, 100) for b in read_partition(reader.feeds, parts[0]) for i in range(0, b.num_rows, 100)]
+    assert sum(b.num_rows for b in batches) == 900 and len(batches) >= 9
+    small = dataclasses.replace(config, flush_bytes=3 * batches[0].nbytes)  # about three batches a file
+
+    on_disk_when_asked: list[int] = []
+
+    def fed(fail_at: int | None = None) -> Iterator[pa.RecordBatch]:
+        for i, b in enumerate(batches):
+            on_disk_when_asked.append(len(list(table.glob("*.parquet"))))
+            if i == fail_at:
+                raise Unavailable("the source went away")
+            yield b
+
+    with pytest.raises(Unavailable):
+        small.write(fed(fail_at=7))
+    assert on_disk_when_asked[7] >= 2  # files were out before the task ended...
+    assert not list(table.glob("*.parquet"))  # ...and the failed task removed them
+
+    written = small.write(fed())
+    assert len(written.adds) >= 3
+    rows = [pq_rows(table / a["path"]) for a in written.adds]
+    assert sum(rows) == 900 and max(rows) < 900
+    [(key, r)] = written.feeds.items()
+    assert key == KEY_A.public_key.hex() and (r.first, r.last, r.rows) == (1, 900, 900)
+    assert r.signed is not None and r.signed["length"] == 901
+    result = small.commit([written])
+    assert result is not None and result.version == 1
+    assert seqs(table) == list(range(1, 901))
+    assert audit_table(str(table), [KEY_A.public_key]).ok
+
+
+def pq_rows(path: Path) -> int:
+    return int(pq.ParquetFile(path).metadata.num_rows)
