@@ -46,13 +46,14 @@ SPARK_CONF = {
     "spark.python.worker.reuse": "true",
     "spark.sql.session.timeZone": "UTC",
     # Arrow batches to Python (the feedlog-delta sink's input) end at a row count alone. With a byte
-    # bound (Spark 4's maxBytesPerBatch, 64 MB by default) the JVM measures the whole batch after every
-    # row: on feedlog's rows (~30 Arrow vectors, two structs) the sink's JVM CPU per 1M rows fell from
-    # 5.2 s to 3.1-3.3 s without it (the check's frames held a third of a JFR profile), and Spark
-    # skips it only when the bound is Int.MaxValue. So batches are bounded by rows: 1,000 (Spark's
-    # own default is 10,000), ~0.4 MB of typical feedlog rows, 128 MB of 64 KB entries. Measured,
-    # 1M cached rows, sink vs Spark's Parquet writer: feedlog's rows 0.78x -> 1.48x, narrow rows
-    # (4 columns) ~0.9x -> ~1.2x. Jobs with rows of many MB pass a smaller count (**conf).
+    # bound (Spark 4's maxBytesPerBatch, 64 MB by default) the JVM measures the whole batch after
+    # every row (JFR: ArrowWriter.sizeInBytes, a setValueCount on every vector, led the profile);
+    # Spark skips that only when the bound is Int.MaxValue. On feedlog's rows (~30 Arrow vectors,
+    # two structs) the sink's JVM CPU per 1M rows fell from 5.2 s to 3.1-3.3 s without it. So
+    # batches are bounded by rows: 1,000 (Spark's own default is 10,000), ~0.4 MB of typical
+    # feedlog rows, 128 MB of 64 KB entries. Measured, 1M cached rows, sink vs Spark's Parquet
+    # writer: feedlog's rows 0.78x -> 1.45-1.48x, narrow rows (4 columns) ~0.9x -> ~1.2x. Jobs
+    # with rows of many MB pass a smaller count (**conf).
     "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
     "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
 }
