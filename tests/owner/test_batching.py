@@ -92,8 +92,11 @@ def test_background_backfill_runs_each_queued_table_once_and_survives_errors() -
     # the tables queued while the first call ran go in one call, each once, as far as its furthest request
     assert calls == [[("first", 1)], [("bad", 1), ("x", 5), ("y", 1)]]
     assert isinstance(b.last_error, FeedlogError) and b.requested("x") == -1
+    # a finished backfill still counts: a commit whose view of the table predates it must not start
+    # another batch from the version before it
+    assert b.requested("first") == 1
     b.due("z", 1)
-    assert b.wait_idle(10) and calls[-1] == [("z", 1)] and b.last_error is None
+    assert b.wait_idle(10) and calls[-1] == [("z", 1)] and b.last_error is None and b.requested("z") == 1
     b.close(5)
     b.due("after-close", 1)  # starts again
     assert b.wait_idle(10) and calls[-1] == [("after-close", 1)]

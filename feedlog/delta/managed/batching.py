@@ -106,6 +106,8 @@ class Backfiller:
         self._due: dict[str, int] = {}  # table id -> backfill up to this version (insertion-ordered)
         #: table id -> the furthest version queued or being backfilled (entries leave when done)
         self._requested: dict[str, int] = {}
+        #: table id -> the furthest version a background backfill finished (`requested` counts it)
+        self._done: dict[str, int] = {}
         self._running = 0  # tables being backfilled right now
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -132,26 +134,32 @@ class Backfiller:
                 tables = list(self._due.items())
                 self._due.clear()
                 self._running = len(tables)
+            done = False
             try:
                 failpoints.point("owner.backfill.background")
                 self._backfill(tables)
                 self.last_error = None
+                done = True
             except FeedlogError as e:  # the next commit (or the owner's restart) tries again
                 self.last_error = e
             except Exception as e:  # never let the thread die with tables still queued
                 self.last_error = FeedlogError(f"background backfill failed: {e!r}")
             with self._cond:
                 for table_id, upto in tables:
+                    if done:
+                        self._done[table_id] = max(upto, self._done.get(table_id, upto))
                     if self._requested.get(table_id) == upto:
                         del self._requested[table_id]
                 self._running = 0
                 self._cond.notify_all()
 
     def requested(self, table_id: str) -> int:
-        """The furthest version a backfill of `table_id` is queued or running for (-1: none): a batch
-        counts from there, not from what the table's row says is backfilled so far."""
+        """The furthest version a backfill of `table_id` is queued, running or finished for (-1:
+        none): a batch counts from there, not from what the table's row said is backfilled. That row
+        may have been read before a backfill finished; counting from it then started a second batch
+        a commit later (seen as a backfill to 5 where the batch size said 4)."""
         with self._cond:
-            return self._requested.get(table_id, -1)
+            return max(self._requested.get(table_id, -1), self._done.get(table_id, -1))
 
     def wait_idle(self, timeout: float) -> bool:
         """Whether every queued backfill finished within `timeout` seconds (tests, shutdown)."""
