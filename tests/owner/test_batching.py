@@ -86,17 +86,19 @@ def test_background_backfill_runs_each_queued_table_once_and_survives_errors() -
     time.sleep(0.2)
     for t, v in (("bad", 1), ("x", 3), ("x", 5), ("x", 4), ("y", 1)):
         b.due(t, v)
-    assert b.requested("x") == 5 and b.requested("nope") == -1
+    assert b.requested("x", 6) == 5 and b.requested("nope", 6) == -1
     release.set()
     assert b.wait_idle(10)
     # the tables queued while the first call ran go in one call, each once, as far as its furthest request
     assert calls == [[("first", 1)], [("bad", 1), ("x", 5), ("y", 1)]]
-    assert isinstance(b.last_error, FeedlogError) and b.requested("x") == -1
+    assert isinstance(b.last_error, FeedlogError) and b.requested("x", 6) == -1
     # a finished backfill still counts: a commit whose view of the table predates it must not start
     # another batch from the version before it
-    assert b.requested("first") == 1
-    b.due("z", 1)
-    assert b.wait_idle(10) and calls[-1] == [("z", 1)] and b.last_error is None and b.requested("z") == 1
+    assert b.requested("first", 2) == 1
+    b.due("z", 3)
+    assert b.wait_idle(10) and calls[-1] == [("z", 3)] and b.last_error is None and b.requested("z", 4) == 3
+    # ...unless the table starts again below it (released, then registered again at a lower version)
+    assert b.requested("z", 2) == -1 and b.requested("z", 4) == -1
     b.close(5)
     b.due("after-close", 1)  # starts again
     assert b.wait_idle(10) and calls[-1] == [("after-close", 1)]

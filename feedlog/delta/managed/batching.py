@@ -153,13 +153,19 @@ class Backfiller:
                 self._running = 0
                 self._cond.notify_all()
 
-    def requested(self, table_id: str) -> int:
+    def requested(self, table_id: str, below: int) -> int:
         """The furthest version a backfill of `table_id` is queued, running or finished for (-1:
-        none): a batch counts from there, not from what the table's row said is backfilled. That row
-        may have been read before a backfill finished; counting from it then started a second batch
-        a commit later (seen as a backfill to 5 where the batch size said 4)."""
+        none), for the commit of version `below`: a batch counts from there, not from what the
+        table's row said is backfilled. That row may have been read before a backfill finished;
+        counting from it then started a second batch a commit later (a backfill to 5 where the batch
+        size said 4). A finished version at or past `below` is another life of the table (released
+        and registered again, lower): forgotten."""
         with self._cond:
-            return max(self._requested.get(table_id, -1), self._done.get(table_id, -1))
+            done = self._done.get(table_id, -1)
+            if done >= below:
+                del self._done[table_id]
+                done = -1
+            return max(self._requested.get(table_id, -1), done)
 
     def wait_idle(self, timeout: float) -> bool:
         """Whether every queued backfill finished within `timeout` seconds (tests, shutdown)."""

@@ -525,7 +525,7 @@ class LocalOwner:
         if before is None:
             return response  # refused, or a repeated request whose first answer was lost
         failpoints.point("owner.ratified")
-        queued = self._backfiller.requested(row.id)  # a batch already on its way counts as backfilled
+        queued = self._backfiller.requested(row.id, version)  # a batch on its way or done counts as backfilled
         if backfill_due(before, version, release) and (release or version - queued >= before.batch_size):
             lag = version - before.backfilled
             if release or not self._background or lag >= before.batch_size + MAX_BACKFILL_LAG:
