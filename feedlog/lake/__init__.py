@@ -23,11 +23,13 @@ catch it), whose message starts with the feedlog error's line (`spark_errors`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +47,45 @@ SPARK_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
     "spark.sql.session.timeZone": "UTC",
-    # Arrow batches to Python (the feedlog-delta sink's input) end at a row count alone. With a byte
-    # bound (Spark 4's maxBytesPerBatch, 64 MB by default) the JVM measures the whole batch after
-    # every row (JFR: ArrowWriter.sizeInBytes, a setValueCount on every vector, led the profile);
-    # Spark skips that only when the bound is Int.MaxValue. On feedlog's rows (~30 Arrow vectors,
-    # two structs) the sink's JVM CPU per 1M rows fell from 5.2 s to 3.1-3.3 s without it. So
-    # batches are bounded by rows: 1,000 (Spark's own default is 10,000), ~0.4 MB of typical
-    # feedlog rows, 128 MB of 64 KB entries. Measured, 1M cached rows, sink vs Spark's Parquet
-    # writer: feedlog's rows 0.78x -> 1.45-1.48x, narrow rows (4 columns) ~0.9x -> ~1.2x. Jobs
-    # with rows of many MB pass a smaller count (**conf).
+    # the feedlog-delta sink gets Arrow batches of this many rows (Spark's default: 10,000); Spark
+    # still ends a batch at spark.sql.execution.arrow.maxBytesPerBatch (64 MB), so wide rows stay
+    # bounded. 1M narrow rows (4 columns): sink vs Spark's Parquet writer 0.76-0.80x -> 0.92-0.93x at
+    # 50-100k (250k and 1M slower again); feedlog's own wide rows: within noise
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+}
+#: Settings for a session (or a job: they are SQL settings, `spark.conf.set` works) whose rows are all
+#: small: Arrow batches to Python end at 1,000 rows and at no byte bound. With a byte bound (Spark 4's
+#: maxBytesPerBatch, 64 MB by default) the JVM measures the whole batch after every row (JFR:
+#: ArrowWriter.sizeInBytes, a setValueCount on every vector, led the profile); Spark skips that only
+#: when the bound is Int.MaxValue. On feedlog's rows (~30 Arrow vectors, two structs) the sink's JVM
+#: CPU per 1M rows fell from 5.2 s to 3.1-3.3 s, and the sink went from 0.78x to 1.45-1.48x of Spark's
+#: Parquet writer (narrow rows: ~0.9x -> ~1.2x). Not the default: with no byte bound a batch is
+#: 1,000 rows whatever they weigh, and feedlog entries may reach 8 MiB (a batch of such rows would
+#: exceed local Spark's 1 GB of JVM memory and Arrow's 2 GiB per column). ~0.4 MB of typical
+#: feedlog rows; 128 MB of 64 KB entries.
+ROW_BOUNDED_BATCHES = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
     "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
 }
+
+
+@contextlib.contextmanager
+def sql_settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """Runtime SQL settings for the jobs started inside the block, put back as they were after it:
+    `with sql_settings(spark, ROW_BOUNDED_BATCHES): df.write.format("feedlog-delta").save(path)`."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 #: Python data sources get filters pushed down (the feedlog-delta reader prunes files with them)
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 #: a class-data-sharing archive of the JVM classes a feedlog job loads (`python -m feedlog.lake.classes`

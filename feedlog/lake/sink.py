@@ -79,8 +79,9 @@ TOKEN_FILE = "owner-token"
 #: Spark options `storage.KEY` are the table's object-store options (delta-rs's keys), e.g.
 #: .option("storage.AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
 STORAGE_PREFIX = "storage."
-#: bytes of Arrow data a sink task holds before writing them out as Parquet files (so a task's memory
-#: is bounded by this, not by its partition's size); a partition under it is one file, as before
+#: bytes of Arrow data a sink task holds before writing them out as Parquet files, so what a task
+#: holds grows with this (plus one batch, the conformed copy and the encoded files), not with its
+#: partition; a partition under it is written as before, once
 FLUSH_BYTES = 256 << 20
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 DEFAULT_CHECKPOINT_INTERVAL = 10

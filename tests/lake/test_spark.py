@@ -17,6 +17,7 @@ import pytest
 from feedlog import failpoints
 from feedlog.delta import DeltaTable
 from feedlog.errors import Corruption, FeedlogError, InvalidArgument, Unavailable
+from feedlog.lake import ROW_BOUNDED_BATCHES, sql_settings
 from feedlog.lake.audit import audit_table
 from feedlog.lake.expire import expire
 from feedlog.lake.ingest import ingest_batch, ingest_stream
@@ -452,15 +453,18 @@ def test_land_writes_in_the_tasks_what_the_dataframe_route_writes(spark, tmp_pat
 
 
 def test_a_task_fed_many_arrow_batches_lands_every_row_and_the_newest_signed_state(spark, tmp_path: Path) -> None:
-    # Our sessions bound Arrow batches by rows alone: any byte bound but Int.MaxValue makes Spark's
-    # JVM size the batch after every row (the sink ran at 0.78x of Spark's Parquet writer with it)
-    assert spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch") in ("2147483647", "2147483647b")
-    per_batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
-    n = 2 * per_batch + 345
-    feed = make_feed(tmp_path / "feed", n, batch=250)
-    feed.close()
-    df = spark.read.format("feedlog").option("feed", str(tmp_path / "feed")).load().coalesce(1)
-    df.write.format("feedlog-delta").mode("append").save(str(tmp_path / "t"))
+    # ROW_BOUNDED_BATCHES, set for this job only (SQL settings): batches of 1,000 rows, no byte bound
+    with sql_settings(spark, ROW_BOUNDED_BATCHES):
+        per_batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
+        n = 2 * per_batch + 345
+        feed = make_feed(tmp_path / "feed", n, batch=250)
+        feed.close()
+        df = spark.read.format("feedlog").option("feed", str(tmp_path / "feed")).load().coalesce(1)
+        df.write.format("feedlog-delta").mode("append").save(str(tmp_path / "t"))
+    assert (
+        spark.conf.get("spark.sql.execution.arrow.maxBytesPerBatch", None)
+        != ROW_BOUNDED_BATCHES["spark.sql.execution.arrow.maxBytesPerBatch"]
+    )  # put back
     t = DeltaTable.open(tmp_path / "t")
     assert [f.num_records() for f in t.snapshot().files()] == [n]  # one task, so one file of 3 batches
     assert seqs(tmp_path / "t") == list(range(1, n + 1))

@@ -12,6 +12,8 @@ same run, each on the same rows:
                   writer alone, no reading (a stricter reference); median of 3, alternating with:
   sink only       the same cached rows through the feedlog-delta sink (our writer alone), a new
                   table each time
+  sink, by rows   the same with feedlog.lake.ROW_BOUNDED_BATCHES set for the job (Arrow batches of
+                  1,000 rows, no byte bound: Spark's JVM stops sizing each batch after every row)
   ingest (land)   the same job as `feedlog.lake.land`: each task reads, verifies and writes its
                   Parquet files, rows never enter the JVM; the driver commits (exactly once)
   ingest here     the same job without Spark (`feedlog ingest --engine local`, what `auto` picks up
@@ -51,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from feedlog.delta import DeltaTable
-from feedlog.lake import spark_session
+from feedlog.lake import ROW_BOUNDED_BATCHES, spark_session, sql_settings
 from feedlog.lake.ingest import ingest_batch
 from feedlog.lake.land import land
 from feedlog.lake.source import FIRST_SEQ, load_feeds, plan_partitions, read_partition
@@ -210,12 +212,16 @@ def main() -> None:
         assert cached.count() == n
         # the two writers alone, alternately, medians of 3: one shot of each moved by a third between
         # runs on this 2-core machine (the sink 0.65x in one run, 0.81x in the next)
-        parquets, sinks = [], []
+        parquets, sinks, bounded = [], [], []
         for i in range(3):
             parquets.append(timed(partial(cached.write.parquet, str(tmp / f"parquet{i}"))))
             sink = cached.write.format("feedlog-delta").mode("append")
             sinks.append(timed(partial(sink.save, str(tmp / f"sink{i}"))))
-        t_parquet, t_sink = statistics.median(parquets), statistics.median(sinks)
+            # the same with ROW_BOUNDED_BATCHES (batches of 1,000 rows, no byte bound), for this job only
+            with sql_settings(spark, ROW_BOUNDED_BATCHES):
+                sink = cached.write.format("feedlog-delta").mode("append")
+                bounded.append(timed(partial(sink.save, str(tmp / f"bounded{i}"))))
+        t_parquet, t_sink, t_bounded = statistics.median(parquets), statistics.median(sinks), statistics.median(bounded)
         cached.unpersist()
 
         print(f"\n{'':<16}{'seconds':>9}{'entries/s':>12}")
@@ -228,6 +234,7 @@ def main() -> None:
             ("read+parquet", t_read_parquet),
             ("parquet only", t_parquet),
             ("sink only", t_sink),
+            ("sink, by rows", t_bounded),
         ):
             print(f"{name:<16}{secs:>9.2f}{n / secs:>12,.0f}")
         ratio = t_read_parquet / t_ingest
@@ -238,6 +245,11 @@ def main() -> None:
         print(
             f"sink alone vs Spark's parquet writer alone (cached rows, medians of 3): {t_parquet / t_sink:.2f}x "
             f"(target >= 1.0x; runs: {', '.join(f'{p / q:.2f}' for p, q in zip(parquets, sinks, strict=True))})"
+        )
+        print(
+            f"sink alone with ROW_BOUNDED_BATCHES (1,000 rows, no byte bound; rows known small): "
+            f"{t_parquet / t_bounded:.2f}x (runs: "
+            f"{', '.join(f'{p / q:.2f}' for p, q in zip(parquets, bounded, strict=True))})"
         )
         print(
             f"vs Spark's parquet write of the rows from memory (issue 17's reference): ingest "
