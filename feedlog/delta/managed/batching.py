@@ -158,14 +158,12 @@ class Backfiller:
         none), for the commit of version `below`: a batch counts from there, not from what the
         table's row said is backfilled. That row may have been read before a backfill finished;
         counting from it then started a second batch a commit later (a backfill to 5 where the batch
-        size said 4). A finished version at or past `below` is another life of the table (released
-        and registered again, lower): forgotten."""
+        size said 4). A finished version at or past `below` does not count: a later commit's
+        backfill finished meanwhile, or the table was released and registered again, lower (its
+        batches then count from its row, as they did before this record was kept)."""
         with self._cond:
             done = self._done.get(table_id, -1)
-            if done >= below:
-                del self._done[table_id]
-                done = -1
-            return max(self._requested.get(table_id, -1), done)
+            return max(self._requested.get(table_id, -1), done if done < below else -1)
 
     def wait_idle(self, timeout: float) -> bool:
         """Whether every queued backfill finished within `timeout` seconds (tests, shutdown)."""
