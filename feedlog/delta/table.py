@@ -364,8 +364,7 @@ class DeltaTable:
                 if done is not None and done.version >= txn[1]:
                     return CommitResult(None, skipped=True)
                 tx.set_txn(*txn)
-            snapshot = Snapshot(self.storage, tx.base)
-            check_writable(snapshot.protocol, metadata=snapshot.metadata)
+            snapshot = Snapshot(self.storage, tx.base)  # (transaction() checked it is writable)
             tx.operation_parameters = {"mode": mode.capitalize(), "partitionBy": list(snapshot.partition_columns)}
             adds = self.write_files(data, snapshot)  # leaves none of its files when it fails
         except FeedlogError:

@@ -99,6 +99,8 @@ def test_background_backfill_runs_each_queued_table_once_and_survives_errors() -
     assert b.wait_idle(10) and calls[-1] == [("z", 3)] and b.last_error is None and b.requested("z", 4) == 3
     # ...but not for a commit at or below it (the table released, then registered again lower)
     assert b.requested("z", 2) == -1 and b.requested("z", 3) == -1 and b.requested("z", 4) == 3
+    b.due("z", 1)  # that new life's first backfill replaces the old record
+    assert b.wait_idle(10) and b.requested("z", 2) == 1
     b.close(5)
     b.due("after-close", 1)  # starts again
     assert b.wait_idle(10) and calls[-1] == [("after-close", 1)]

@@ -106,7 +106,7 @@ class Backfiller:
         self._due: dict[str, int] = {}  # table id -> backfill up to this version (insertion-ordered)
         #: table id -> the furthest version queued or being backfilled (entries leave when done)
         self._requested: dict[str, int] = {}
-        #: table id -> the furthest version a background backfill finished (`requested` counts it)
+        #: table id -> the version the last background backfill of it finished (`requested` counts it)
         self._done: dict[str, int] = {}
         self._running = 0  # tables being backfilled right now
         self._thread: threading.Thread | None = None
@@ -147,7 +147,7 @@ class Backfiller:
             with self._cond:
                 for table_id, upto in tables:
                     if done:
-                        self._done[table_id] = max(upto, self._done.get(table_id, upto))
+                        self._done[table_id] = upto  # one thread, in order: a table's newest life replaces the old
                     if self._requested.get(table_id) == upto:
                         del self._requested[table_id]
                 self._running = 0
