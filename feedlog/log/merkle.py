@@ -16,11 +16,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat, starmap
 from operator import add
+from types import ModuleType
 from typing import NamedTuple
 
 from ..errors import Corruption, InvalidArgument, SignatureError
 from . import flat_tree
 from .crypto import _LEAF_PREFIXES, LEAF_TYPE, PARENT_TYPE, Verifier, leaf_hash, parent_hash, tree_hash, tree_signable
+
+#: batch hashing in C where setup.py could build it; None: hashlib, the reference (`_leaf_hashes`, `_parent_hashes`)
+_native: ModuleType | None
+try:
+    from . import _blake2batch as _native
+except ImportError:  # a machine without a C compiler
+    _native = None
 
 
 class Node(NamedTuple):
@@ -115,8 +123,15 @@ def _parents(hashes: list[bytes], sizes: list[int]) -> tuple[list[bytes], list[i
         size = sizes[0] + sizes[1]
         return [parent_hash(hashes[0], hashes[1], size)], [size]
     sizes = list(map(add, sizes[0::2], sizes[1::2]))  # map stops before an unpaired last node
+    if _native is not None:
+        return _native.parent_hashes(hashes, sizes), sizes
+    return _parent_hashes(hashes, sizes), sizes
+
+
+def _parent_hashes(hashes: list[bytes], sizes: list[int]) -> list[bytes]:
+    """`parent_hash(hashes[2i], hashes[2i + 1], sizes[i])` for each i: the reference of `_native.parent_hashes`."""
     packed = map(_PARENT.pack, repeat(PARENT_TYPE), sizes, hashes[0::2], hashes[1::2])
-    return _hash_each(len(sizes), packed), sizes
+    return _hash_each(len(sizes), packed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +242,13 @@ def _node_run(n: int) -> struct.Struct:
 
 def leaf_hashes(blocks: Sequence[bytes], sizes: Sequence[int]) -> list[bytes]:
     """`leaf_hash` of each block (`sizes` their lengths), with no bytecode per block: a reader's hot loop."""
+    if _native is not None:
+        return _native.leaf_hashes(blocks, sizes)  # type: ignore[no-any-return]
+    return _leaf_hashes(blocks, sizes)
+
+
+def _leaf_hashes(blocks: Sequence[bytes], sizes: Sequence[int]) -> list[bytes]:
+    """`leaf_hashes` with hashlib: the reference of `_native.leaf_hashes`."""
     try:  # the prefixes of small blocks are prebuilt: a lookup costs less than a pack
         prefixes: Iterable[bytes] = list(map(_LEAF_PREFIXES.__getitem__, sizes))
     except IndexError:

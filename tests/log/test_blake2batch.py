@@ -1,0 +1,103 @@
+"""The compiled batch hasher (`feedlog.log._blake2batch`) against its references: hashlib's BLAKE2b,
+and merkle's pure-Python `_leaf_hashes` / `_parent_hashes`, on random inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from feedlog.log import merkle
+from feedlog.log.crypto import leaf_hash, parent_hash
+
+# tools/run installs with a C compiler (setup.py): the fast path is what the suite runs, so it must be there
+native = merkle._native
+
+
+def test_the_dev_install_built_the_extension() -> None:
+    assert native is not None, "feedlog.log._blake2batch did not build (setup.py: no C compiler?)"
+
+
+def _len_edges() -> list[int]:
+    """Lengths around BLAKE2b's 128-byte blocks, with and without a leaf's 9-byte prefix."""
+    out = set(range(0, 40))
+    for k in range(1, 5):
+        for d in (-10, -9, -8, -1, 0, 1):
+            out.add(max(0, 128 * k + d))
+    return sorted(out)
+
+
+def test_blake2b_matches_hashlib_at_every_block_edge() -> None:
+    assert native is not None
+    rng = random.Random(7)
+    for n in [*_len_edges(), 1000, 4095, 4096, 4097, 1 << 16, (1 << 20) + 3]:
+        data = rng.randbytes(n)
+        assert native.blake2b_256(data) == hashlib.blake2b(data, digest_size=32).digest(), n
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=300), st.binary(min_size=4090, max_size=4200)), max_size=60))
+def test_leaf_hashes_match_the_reference(blocks: list[bytes]) -> None:
+    assert native is not None
+    sizes = [len(b) for b in blocks]
+    got = native.leaf_hashes(blocks, sizes)
+    assert got == merkle._leaf_hashes(blocks, sizes) == [leaf_hash(b) for b in blocks]
+
+
+def test_leaf_hashes_take_any_buffer_and_numpy_sizes() -> None:
+    assert native is not None
+    blocks = [bytes(range(n % 256)) * 3 for n in _len_edges()]
+    views = [memoryview(b) for b in blocks]
+    sizes = np.array([len(b) for b in blocks], dtype=np.int64)
+    want = [leaf_hash(b) for b in blocks]
+    assert native.leaf_hashes(views, list(sizes)) == want  # numpy integers, as the audit passes them
+    assert native.leaf_hashes(tuple(blocks), sizes.tolist()) == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.integers(0, 2**64 - 1)), max_size=80))
+def test_parent_hashes_match_the_reference(pairs: list[tuple[bytes, int]]) -> None:
+    assert native is not None
+    hashes = [h for h, _ in pairs]
+    sizes = [s for _, s in pairs][: len(hashes) // 2]
+    got = native.parent_hashes(hashes, sizes)
+    assert got == merkle._parent_hashes(hashes, sizes)
+    assert got == [parent_hash(hashes[2 * i], hashes[2 * i + 1], s) for i, s in enumerate(sizes)]
+
+
+def test_bad_input_is_refused_not_hashed() -> None:
+    assert native is not None
+    h = bytes(32)
+    with pytest.raises(ValueError, match="32 bytes"):
+        native.parent_hashes([h, b"short"], [1])
+    with pytest.raises(ValueError, match="two hashes"):
+        native.parent_hashes([h], [1])
+    with pytest.raises(ValueError, match="differ"):
+        native.leaf_hashes([b"a", b"b"], [1])
+    with pytest.raises(OverflowError):
+        native.leaf_hashes([b"a"], [-1])
+    with pytest.raises(TypeError):
+        native.leaf_hashes([b"a"], ["1"])
+    with pytest.raises(TypeError):
+        native.leaf_hashes(["a"], [1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=50), max_size=40), st.lists(st.binary(max_size=200), max_size=90))
+def test_a_fold_is_the_same_with_and_without_the_extension(before: list[bytes], batch: list[bytes]) -> None:
+    _, roots = merkle.append_leaves([], 0, before)
+    fast = merkle.fold(roots, len(before), batch)
+    saved, merkle._native = merkle._native, None
+    try:
+        slow = merkle.fold(roots, len(before), batch)
+        slow_roots = merkle.fold_roots(
+            roots, len(before), merkle.leaf_hashes(batch, [len(b) for b in batch]), [len(b) for b in batch]
+        )
+    finally:
+        merkle._native = saved
+    assert fast == slow
+    assert fast.roots == slow_roots == merkle.append_leaves(roots, len(before), batch)[1]
