@@ -1,4 +1,5 @@
-/* Merkle hashing a batch at a time: feedlog.log._blake2batch (optional, compiled at install).
+/* Merkle hashing a batch at a time: feedlog.log._blake2batch (optional, compiled at install);
+ * and, beside it, the replica's scan for writer timestamps (`writer_shape`, end of file).
  *
  * The tree's hashes are BLAKE2b-256 (RFC 7693, no key) of a leaf's
  * 0x00 || u64le(size) || block and of a parent's 0x01 || u64le(size) || left || right.
@@ -295,11 +296,113 @@ done:
     return out;
 }
 
+/* ---- writer timestamps: entry_scan._writer_shape, a block at a time -------------------------------- */
+
+/* The varint at buf[p..e): its value, and the position after it; -1 if it runs past e or is longer than
+ * 9 bytes (entry_columns.MAX_VARINT: such a block is left to the other tiers, as the numpy scan does). */
+static Py_ssize_t read_varint(const uint8_t *buf, Py_ssize_t p, Py_ssize_t e, uint64_t *val) {
+    uint64_t v = 0;
+    for (int k = 0; k < 9; k++) {
+        if (p + k >= e) return -1;
+        uint8_t b = buf[p + k];
+        v |= (uint64_t)(b & 0x7F) << (7 * k);
+        if (!(b & 0x80)) {
+            *val = v;
+            return p + k + 1;
+        }
+    }
+    return -1;
+}
+
+static const struct {
+    uint8_t tag, delimited, required;
+} WRITER_FIELDS[] = {
+    {0x0A, 1, 1}, /* key */
+    {0x12, 1, 0}, /* value */
+    {0x18, 0, 0}, /* deleted */
+    {0x22, 1, 1}, /* trie */
+    {0x48, 0, 0}, /* timestamp */
+    {0x50, 0, 0}, /* expires_at */
+};
+
+/* Whether block[0..e) is an InflatedEntry laid out as encode_entry writes it (entry_scan._writer_shape
+ * says which layout, and why every such block is a valid entry), and its timestamp if it has one. */
+static int writer_shape_one(const uint8_t *buf, Py_ssize_t e, int *has, uint64_t *ts) {
+    Py_ssize_t p = 0, key_at = 0;
+    uint64_t key_len = 0;
+    *has = 0;
+    *ts = 0;
+    for (size_t f = 0; f < sizeof WRITER_FIELDS / sizeof WRITER_FIELDS[0]; f++) {
+        if (!(p < e && buf[p] == WRITER_FIELDS[f].tag)) {
+            if (WRITER_FIELDS[f].required) return 0;
+            continue;
+        }
+        uint64_t val;
+        Py_ssize_t after = read_varint(buf, p + 1, e, &val);
+        if (after < 0) return 0;
+        if (WRITER_FIELDS[f].delimited) {
+            if (val > (uint64_t)(e - after)) return 0;
+            if (WRITER_FIELDS[f].tag == 0x0A) {
+                key_at = after;
+                key_len = val;
+            }
+            after += (Py_ssize_t)val;
+        }
+        if (WRITER_FIELDS[f].tag == 0x48) {
+            *has = 1;
+            *ts = val;
+        }
+        p = after;
+    }
+    if (p != e) return 0;
+    for (uint64_t i = 0; i < key_len; i++) /* a key byte over 0x7F may be no UTF-8: the other tiers decide */
+        if (buf[key_at + (Py_ssize_t)i] & 0x80) return 0;
+    return 1;
+}
+
+/* writer_shape(blocks) -> (ok, has_timestamp, timestamps): entry_scan._writer_shape of each block, as
+ * bytes (one 0/1 byte per block for the first two; a little-endian uint64 per block, 0 where none) */
+static PyObject *py_writer_shape(PyObject *self, PyObject *arg) {
+    PyObject *blocks = PySequence_Fast(arg, "blocks must be a sequence");
+    if (blocks == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
+    PyObject *ok = PyBytes_FromStringAndSize(NULL, n), *has = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *ts = PyBytes_FromStringAndSize(NULL, 8 * n), *out = NULL;
+    if (ok == NULL || has == NULL || ts == NULL) goto done;
+    uint8_t *okp = (uint8_t *)PyBytes_AS_STRING(ok), *hasp = (uint8_t *)PyBytes_AS_STRING(has);
+    uint8_t *tsp = (uint8_t *)PyBytes_AS_STRING(ts);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(blocks, i);
+        int h, good;
+        uint64_t t;
+        if (PyBytes_Check(item)) {
+            good = writer_shape_one((const uint8_t *)PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item), &h, &t);
+        } else {
+            Py_buffer b;
+            if (PyObject_GetBuffer(item, &b, PyBUF_SIMPLE) < 0) goto done;
+            good = writer_shape_one((const uint8_t *)b.buf, b.len, &h, &t);
+            PyBuffer_Release(&b);
+        }
+        okp[i] = (uint8_t)good;
+        hasp[i] = (uint8_t)(good && h);
+        store64(tsp + 8 * i, good && h ? t : 0);
+    }
+    out = PyTuple_Pack(3, ok, has, ts);
+done:
+    Py_XDECREF(ok);
+    Py_XDECREF(has);
+    Py_XDECREF(ts);
+    Py_DECREF(blocks);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"blake2b_256", py_blake2b_256, METH_O, "BLAKE2b with a 32-byte digest, no key."},
     {"leaf_hashes", py_leaf_hashes, METH_VARARGS, "BLAKE2b-256(0x00 || u64le(size) || block) of each block."},
     {"parent_hashes", py_parent_hashes, METH_VARARGS,
      "BLAKE2b-256(0x01 || u64le(sizes[i]) || hashes[2i] || hashes[2i+1]) for each i < len(sizes)."},
+    {"writer_shape", py_writer_shape, METH_O,
+     "entry_scan._writer_shape of each block: (ok, has_timestamp, timestamps) as bytes."},
     {NULL, NULL, 0, NULL},
 };
 

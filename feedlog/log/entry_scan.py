@@ -16,6 +16,7 @@ tests/log/test_entry_scan.py compares it with `scan_blocks` on random batches
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import cast
 
 import numpy as np
@@ -38,6 +39,13 @@ from .entry_columns import (
 
 #: below this many blocks the per-block parse is cheaper than numpy's fixed cost per step
 MIN_COLUMNS = 16
+
+#: `_writer_shape` in C (`_blake2batch.writer_shape`) where setup.py built it; None: numpy's, the reference
+_native: ModuleType | None
+try:
+    from . import _blake2batch as _native
+except ImportError:  # a machine without a C compiler
+    _native = None
 
 
 def _reference_ts(content_type: str, seq: int, block: bytes) -> int | None:
@@ -109,28 +117,61 @@ def _block_timestamps(content_type: str, start: int, blocks: Sequence[bytes | No
             if t is not None:
                 has[i], ts[i] = True, t
         return has, ts
-    sizes = np.fromiter(map(len, present), np.int64, n)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    starts, ends = offsets[:-1], offsets[1:]
-    buf = np.frombuffer(b"".join(present) + PAD, np.uint8)
-    p_has = np.zeros(n, bool)
-    p_ts = np.zeros(n, np.uint64)
-    rest = np.arange(n)
-    if content_type != DRIVE_EVENT:  # most blocks: as encode_entry lays them out
-        ok, w_has, w_ts = _writer_shape(buf, starts, ends)
-        p_has[ok], p_ts[ok] = w_has[ok], w_ts[ok]
+    if content_type != DRIVE_EVENT and _native is not None:  # most blocks, a block at a time in C
+        ok_b, has_b, ts_b = _native.writer_shape(present)
+        ok = np.frombuffer(ok_b, bool)
+        p_has = np.frombuffer(has_b, bool).copy()
+        p_ts = np.frombuffer(ts_b, "<u8").astype(np.uint64)
         rest = np.flatnonzero(~ok)
-    if rest.size:  # the others: any field order, unknown fields, drive events
-        g_has, g_ts, bad = _any_shape(content_type, buf, starts[rest], ends[rest])
-        p_has[rest], p_ts[rest] = g_has & ~bad, g_ts
-        for i in rest[bad].tolist():  # and what the scan cannot read exactly: upb's
-            t = _reference_ts(content_type, start + where[i], present[i])
-            if t is not None:
-                p_has[i], p_ts[i] = True, t
+        if rest.size:
+            others = [present[i] for i in rest.tolist()]
+            buf, starts, ends = _laid_out(others)
+            _other_tiers(content_type, start, where, present, rest, buf, starts, ends, p_has, p_ts)
+    else:
+        buf, starts, ends = _laid_out(present)
+        p_has = np.zeros(n, bool)
+        p_ts = np.zeros(n, np.uint64)
+        rest = np.arange(n)
+        if content_type != DRIVE_EVENT:  # most blocks: as encode_entry lays them out
+            ok, w_has, w_ts = _writer_shape(buf, starts, ends)
+            p_has[ok], p_ts[ok] = w_has[ok], w_ts[ok]
+            rest = np.flatnonzero(~ok)
+        if rest.size:
+            _other_tiers(content_type, start, where, present, rest, buf, starts[rest], ends[rest], p_has, p_ts)
     at = slice(first, total) if isinstance(where, range) else np.asarray(where, np.int64)
     has[at], ts[at] = p_has, p_ts
     return has, ts
+
+
+def _laid_out(blocks: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The blocks joined (and padded: entry_columns.PAD) as one uint8 array, with each one's start and end."""
+    sizes = np.fromiter(map(len, blocks), np.int64, len(blocks))
+    offsets = np.zeros(len(blocks) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return np.frombuffer(b"".join(blocks) + PAD, np.uint8), offsets[:-1], offsets[1:]
+
+
+def _other_tiers(
+    content_type: str,
+    start: int,
+    where: Sequence[int],
+    present: Sequence[bytes],
+    rest: np.ndarray,
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    p_has: np.ndarray,
+    p_ts: np.ndarray,
+) -> None:
+    """The blocks `rest` (positions in `present`, laid out in buf[starts:ends]) that are not as
+    encode_entry lays them out: any field order, unknown fields, drive events; and what that scan
+    cannot read exactly, upb's. Fills in p_has and p_ts at `rest`."""
+    g_has, g_ts, bad = _any_shape(content_type, buf, starts, ends)
+    p_has[rest], p_ts[rest] = g_has & ~bad, g_ts
+    for i in rest[bad].tolist():
+        t = _reference_ts(content_type, start + where[i], present[i])
+        if t is not None:
+            p_has[i], p_ts[i] = True, t
 
 
 #: InflatedEntry's fields as encode_entry writes them, in its order: (tag byte, length-delimited, required)

@@ -6,11 +6,14 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from feedlog.log import entry_scan
 from feedlog.log.entries import DRIVE_EVENT, ENTRY, encode_entry, encode_header, scan_blocks
+from feedlog.log.entry_columns import PAD
 from feedlog.log.entry_scan import MIN_COLUMNS, timestamp_range, timestamp_ranges
 from tests.log.test_entry_columns import entry_block, varint
 
@@ -129,3 +132,59 @@ def test_batches_scanned_together_get_their_own_ranges(
 def test_batch_lengths_must_cover_the_blocks() -> None:
     with pytest.raises(ValueError, match="do not add up"):
         timestamp_ranges(ENTRY, 1, [ok(1), ok(2)], [1])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch(ENTRY))
+def test_without_the_extension_entry_batches_scan_as_the_reference(b: tuple[int, list[bytes | None]]) -> None:
+    """The numpy tier the C one replaces (and which machines without a compiler run) stays right."""
+    saved, entry_scan._native = entry_scan._native, None
+    try:
+        same(ENTRY, *b)
+    finally:
+        entry_scan._native = saved
+
+
+def _near_entries() -> Any:
+    """Blocks near encode_entry's layout: valid ones cut, extended or with a byte changed."""
+    base = st.builds(
+        lambda key, value, deleted, ts, exp: encode_entry(
+            ENTRY, key, value, deleted=deleted, timestamp=ts, expires_at=exp
+        ),
+        st.text(max_size=5),
+        st.binary(max_size=140),
+        st.booleans(),
+        st.one_of(st.none(), TS),
+        st.one_of(st.none(), TS),
+    )
+
+    def mutate(data: Any, b: bytes) -> bytes:
+        how = data.draw(st.sampled_from(["keep", "cut", "extend", "flip"]))
+        if how == "cut" and b:
+            return b[: data.draw(st.integers(0, len(b) - 1))]
+        if how == "extend":
+            extra: bytes = data.draw(st.binary(min_size=1, max_size=4))
+            return b + extra
+        if how == "flip" and b:
+            i = data.draw(st.integers(0, len(b) - 1))
+            return b[:i] + bytes([data.draw(st.integers(0, 255))]) + b[i + 1 :]
+        return b
+
+    return st.tuples(st.data(), base).map(lambda t: mutate(*t))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(_near_entries(), st.binary(max_size=40)), min_size=1, max_size=30))
+def test_the_compiled_writer_shape_reads_as_the_numpy_one(blocks: list[bytes]) -> None:
+    assert entry_scan._native is not None, "feedlog.log._blake2batch did not build (setup.py)"
+    ok_b, has_b, ts_b = entry_scan._native.writer_shape(blocks)
+    sizes = np.fromiter(map(len, blocks), np.int64, len(blocks))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    buf = np.frombuffer(b"".join(blocks) + PAD, np.uint8)
+    ok_n, has_n, ts_n = entry_scan._writer_shape(buf, offsets[:-1], offsets[1:])
+    ok_c = np.frombuffer(ok_b, bool)
+    has_c = np.frombuffer(has_b, bool)
+    ts_c = np.frombuffer(ts_b, "<u8")
+    assert ok_c.tolist() == ok_n.tolist()
+    assert has_c.tolist() == has_n.tolist()
+    assert ts_c[has_c].tolist() == ts_n[has_n].tolist()
