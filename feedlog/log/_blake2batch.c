@@ -131,9 +131,23 @@ static void final(state *s, uint8_t *out) {
     count(s, s->buflen);
     memset(s->buf + s->buflen, 0, BLOCK - s->buflen);
     compress(s, s->buf, 1);
-    uint8_t full[64];
-    for (int i = 0; i < 8; i++) store64(full + 8 * i, s->h[i]);
-    memcpy(out, full, OUT);
+    for (int i = 0; i < OUT / 8; i++) store64(out + 8 * i, s->h[i]);
+}
+
+/* BLAKE2b-256 of head[0..nh) || data[0..nd) into out: a message that fits one block (a tree node of a
+ * block of up to 119 bytes, any parent) is laid out once and compressed once */
+static void hash2(const uint8_t *head, size_t nh, const uint8_t *data, size_t nd, uint8_t *out) {
+    state s;
+    init(&s);
+    if (nh + nd <= BLOCK) {
+        memcpy(s.buf, head, nh);
+        if (nd) memcpy(s.buf + nh, data, nd);
+        s.buflen = nh + nd;
+    } else {
+        update(&s, head, nh);
+        update(&s, data, nd);
+    }
+    final(&s, out);
 }
 
 /* blake2b_256(data) -> bytes: the plain hash, for tests against hashlib */
@@ -202,11 +216,7 @@ static PyObject *py_leaf_hashes(PyObject *self, PyObject *args) {
             uint8_t prefix[9];
             prefix[0] = 0; /* LEAF_TYPE */
             store64(prefix + 1, lens[i]);
-            state s;
-            init(&s);
-            update(&s, prefix, sizeof prefix);
-            update(&s, (const uint8_t *)bufs[i].buf, (size_t)bufs[i].len);
-            final(&s, digests + (size_t)i * OUT);
+            hash2(prefix, sizeof prefix, (const uint8_t *)bufs[i].buf, (size_t)bufs[i].len, digests + (size_t)i * OUT);
         }
         Py_END_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < m; i++) PyBuffer_Release(&bufs[i]);
@@ -272,10 +282,7 @@ static PyObject *py_parent_hashes(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        state s;
-        init(&s);
-        update(&s, msgs + (size_t)i * MSG, MSG);
-        final(&s, digests + (size_t)i * OUT);
+        hash2(msgs + (size_t)i * MSG, MSG, NULL, 0, digests + (size_t)i * OUT);
     }
     Py_END_ALLOW_THREADS
     out = PyList_New(n);

@@ -470,6 +470,14 @@ class Core:
             if self.writable and self._fds:
                 os.fdatasync(self._log)
 
+    def start_writeback(self) -> None:
+        """Start writing what was stored since the last sync to disk, without waiting (`storage.start_writeback`):
+        a replica storing many batches before one `sync()` overlaps the disk's work with its own."""
+        with self.lock:
+            if self.writable and self.fsync and self._fds:
+                for fd in (self._log, self._tree, self._index):
+                    storage.start_writeback(fd)
+
     def _commit(
         self,
         start: int,

@@ -102,6 +102,8 @@ def store_responses(
                 unsynced = 0
                 if on_stored is not None:
                     on_stored(feed.length)
+            elif batches:  # the disk writes this message while the next one is verified
+                feed.core.start_writeback()
     finally:
         if unsynced:  # what was stored is made durable, on an error too
             feed.core.sync()
