@@ -204,10 +204,17 @@ def _counted(responses: Iterable[pb.ReadResponse], on_progress: Callable[[int], 
 
 
 def _fetch(
-    feed: Feed, client: FeedClient, state: TreeState, source: str, on_progress: Callable[[int], None] | None = None
+    feed: Feed,
+    client: FeedClient,
+    state: TreeState,
+    source: str,
+    on_progress: Callable[[int], None] | None = None,
+    responses: Iterator[pb.ReadResponse] | None = None,
 ) -> int:
-    """Fetch our length..state.length and make sure we end exactly at the peer's signed state."""
-    responses = client.read(feed.key, feed.length, state.length, with_roots=True, ahead=READ_AHEAD)
+    """Fetch our length..state.length (`responses`: that read, asked for already) and make sure we end
+    exactly at the peer's signed state."""
+    if responses is None:
+        responses = client.read(feed.key, feed.length, state.length, with_roots=True, ahead=READ_AHEAD)
     n = store_responses(
         feed,
         responses if on_progress is None else _counted(responses, on_progress),
@@ -245,11 +252,14 @@ def clone(
         state = wire.state_of(info.state)
         if state.length == 0:
             raise NotFound(f"{address.target}: holds no blocks of feed {key.hex()}")
+        # asked for before the copy is created (fsyncs): the peer builds its first message meanwhile;
+        # should the create fail, closing the client ends the call
+        responses = client.read(key, 0, state.length, with_roots=True, ahead=READ_AHEAD)
         feed = _replica(p, key, info)
         try:
             check_remote(feed, state, address.target)
             atomic_write(p / REMOTE_FILE, json.dumps({"url": str(address)}).encode())
-            n = _fetch(feed, client, state, address.target, _of_total(on_progress, state.length))
+            n = _fetch(feed, client, state, address.target, _of_total(on_progress, state.length), responses)
             return Copied(n, feed.length)
         except BaseException:
             empty = feed.length == 0
