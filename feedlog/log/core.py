@@ -251,7 +251,8 @@ class Core:
         """A new feed at `path`, built whole in a directory beside it, then moved into place.
 
         `init` runs on the new core before it appears at `path` (a `Feed` writes
-        its settings and header block there). A crash at any step leaves either
+        its settings and header block there); the build directory is fsynced after it, so
+        what it writes needs its own fsync but not the directory's. A crash at any step leaves either
         no feed at `path` or a complete one, never a key without its header
         (issue 13 item 7). The build directory is renamed to `path`; onto an
         existing empty directory (a mount point, a shell's working directory)
@@ -303,10 +304,11 @@ class Core:
     def _build(cls, d: Path, key_pair: KeyPair, fsync: bool, init: Callable[[Core], None] | None) -> None:
         """Write a whole feed into the build directory `d`, durably."""
         failpoints.point("create.dir")
+        # each file fsynced as it is written; the directory once, at the end
         if key_pair.seed is not None:
-            storage.atomic_write(d / SECRET_FILE, key_pair.seed, mode=0o600)
+            storage.atomic_write(d / SECRET_FILE, key_pair.seed, mode=0o600, sync_dir=False)
             failpoints.point("create.secret")
-        storage.atomic_write(d / KEY_FILE, key_pair.public_key)
+        storage.atomic_write(d / KEY_FILE, key_pair.public_key, sync_dir=False)
         failpoints.point("create.key")
         core = cls.open(d, fsync=fsync)
         try:
@@ -315,11 +317,14 @@ class Core:
                 init(core)
         finally:
             core.close()
-        # durable before the rename makes it visible, whatever the feed's own fsync policy
+        # durable before the rename makes it visible, whatever the feed's own fsync policy; an empty
+        # file (a replica's, before its first batch) holds nothing but its name, which the
+        # directory's fsync makes durable
         for name in (storage.LOG, storage.TREE, storage.INDEX):
             fd = os.open(d / name, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                if os.fstat(fd).st_size:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         storage.fsync_dir(d)

@@ -192,7 +192,9 @@ class Feed:
         p = Path(path)
 
         def init(core: Core) -> None:  # in the build directory: the feed appears with its header or not at all
-            storage.atomic_write(core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode())
+            storage.atomic_write(
+                core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode(), sync_dir=False
+            )
             failpoints.point("create.settings")
             core.append([header])
             failpoints.point("create.header")
@@ -255,7 +257,9 @@ class Feed:
         settings = FeedSettings(timestamps=policy, ttl_ms=_ttl(ttl), fsync=fsync)
 
         def init(core: Core) -> None:
-            storage.atomic_write(core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode())
+            storage.atomic_write(
+                core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode(), sync_dir=False
+            )
 
         return cls(Core.create(path, KeyPair(key, None), fsync=fsync, init=init), settings)
 

@@ -222,8 +222,9 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write a whole file or nothing: temp file, fsync, rename, fsync the directory."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, sync_dir: bool = True) -> None:
+    """Write a whole file or nothing: temp file, fsync, rename, fsync the directory (unless `sync_dir`
+    is False: a caller building a directory that fsyncs it once at the end)."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
@@ -232,4 +233,5 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
