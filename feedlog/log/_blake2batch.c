@@ -165,6 +165,83 @@ static PyObject *py_blake2b_256(PyObject *self, PyObject *arg) {
     return out;
 }
 
+/* leaf_hash(block) -> bytes: BLAKE2b-256(0x00 || u64le(len(block)) || block), one block (a get's check) */
+static PyObject *py_leaf_hash(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, OUT);
+    if (out != NULL) {
+        uint8_t prefix[9];
+        prefix[0] = 0; /* LEAF_TYPE */
+        store64(prefix + 1, (uint64_t)b.len);
+        hash2(prefix, sizeof prefix, (const uint8_t *)b.buf, (size_t)b.len, (uint8_t *)PyBytes_AS_STRING(out));
+    }
+    PyBuffer_Release(&b);
+    return out;
+}
+
+/* mapped_block(index, tree, log, seq) -> bytes | int: Core.get's read from its maps of the index (u64 words:
+ * offset, then u32 length | u32 flags << 32), the tree (40-byte nodes, block seq's leaf at 2 * seq) and the log.
+ * The block's bytes once they hash to their leaf; MAPPED_CLEARED if compaction cleared it; MAPPED_OUTSIDE
+ * if the maps do not hold it (the caller remaps or preads); MAPPED_CORRUPT if it fails its hash check. */
+#define MAPPED_CLEARED 0
+#define MAPPED_OUTSIDE 1
+#define MAPPED_CORRUPT 2
+#define FLAG_CLEARED 1 /* storage.CLEARED */
+#define NODE 40
+static PyObject *py_mapped_block(PyObject *self, PyObject *args) {
+    PyObject *ix_o, *tm_o, *lm_o;
+    Py_ssize_t seq;
+    if (!PyArg_ParseTuple(args, "OOOn", &ix_o, &tm_o, &lm_o, &seq)) return NULL;
+    Py_buffer ix, tm, lm;
+    if (PyObject_GetBuffer(ix_o, &ix, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(tm_o, &tm, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ix);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(lm_o, &lm, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ix);
+        PyBuffer_Release(&tm);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    long code = MAPPED_OUTSIDE;
+    if (seq < 0 || seq > (PY_SSIZE_T_MAX - 16) / (2 * NODE)) goto answer;
+    if (16 * seq + 16 > ix.len || 2 * NODE * seq + NODE > tm.len) goto answer;
+    const uint8_t *entry = (const uint8_t *)ix.buf + 16 * seq;
+    uint64_t off = load64(entry), word = load64(entry + 8);
+    if ((word >> 32) & FLAG_CLEARED) {
+        code = MAPPED_CLEARED;
+        goto answer;
+    }
+    uint64_t n = word & 0xFFFFFFFFULL;
+    if (off > (uint64_t)lm.len || n > (uint64_t)lm.len - off) goto answer;
+    const uint8_t *block = (const uint8_t *)lm.buf + off;
+    uint8_t prefix[9], digest[OUT];
+    prefix[0] = 0; /* LEAF_TYPE */
+    store64(prefix + 1, n);
+    if (n > 4096) { /* as hashlib does for large data: other threads go on meanwhile (the maps are held) */
+        Py_BEGIN_ALLOW_THREADS
+        hash2(prefix, sizeof prefix, block, (size_t)n, digest);
+        Py_END_ALLOW_THREADS
+    } else {
+        hash2(prefix, sizeof prefix, block, (size_t)n, digest);
+    }
+    if (memcmp(digest, (const uint8_t *)tm.buf + 2 * NODE * seq, OUT) != 0) {
+        code = MAPPED_CORRUPT;
+        goto answer;
+    }
+    out = PyBytes_FromStringAndSize((const char *)block, (Py_ssize_t)n);
+    goto done;
+answer:
+    out = PyLong_FromLong(code);
+done:
+    PyBuffer_Release(&ix);
+    PyBuffer_Release(&tm);
+    PyBuffer_Release(&lm);
+    return out;
+}
+
 static int size_at(PyObject *sizes, Py_ssize_t i, uint64_t *size) {
     PyObject *item = PyNumber_Index(PySequence_Fast_GET_ITEM(sizes, i)); /* an int, or a numpy integer */
     if (item == NULL) return -1;
@@ -405,6 +482,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"blake2b_256", py_blake2b_256, METH_O, "BLAKE2b with a 32-byte digest, no key."},
+    {"mapped_block", py_mapped_block, METH_VARARGS,
+     "Core.get's read from its maps: the block's bytes, or 0 (cleared), 1 (not in the maps), 2 (corrupt)."},
+    {"leaf_hash", py_leaf_hash, METH_O, "BLAKE2b-256(0x00 || u64le(len(block)) || block)."},
     {"leaf_hashes", py_leaf_hashes, METH_VARARGS, "BLAKE2b-256(0x00 || u64le(size) || block) of each block."},
     {"parent_hashes", py_parent_hashes, METH_VARARGS,
      "BLAKE2b-256(0x01 || u64le(sizes[i]) || hashes[2i] || hashes[2i+1]) for each i < len(sizes)."},

@@ -77,6 +77,9 @@ SEGMENT_FRAMING = 192
 _EMPTY_HASH = merkle.roots_hash([])
 _ENTRY_SIZE = storage.INDEX_ENTRY.size
 _NODE_SIZE = storage.NODE.size
+#: `get` from the maps in C where setup.py built it (merkle._native); its answers other than the block's bytes
+_mapped_block = merkle._native.mapped_block if merkle._native is not None and storage.CLEARED == 1 else None
+_MAPPED_CLEARED, _MAPPED_CORRUPT = 0, 2
 #: index entries `segments` counts its budget over at a time
 SEGMENT_ROWS = 4096
 #: an index entry as numpy reads it (storage.INDEX_ENTRY)
@@ -839,6 +842,15 @@ class Core:
         """
         if not 0 <= seq < self._state.length:
             raise NotFound(f"seq {seq} is outside the feed (length {self._state.length})")
+        if _mapped_block is not None:  # the same read and check, in C (about half of a get's time here)
+            got = _mapped_block(self._index_words, self._tree_map, self._log_map, seq)
+            if type(got) is bytes:
+                return got
+            if got == _MAPPED_CLEARED:
+                return None
+            if got == _MAPPED_CORRUPT:
+                raise Corruption(f"{self.path}: block {seq} fails its hash check")
+            # not in the maps: as below (remap, or pread)
         ix, tm, lm = self._index_words, self._tree_map, self._log_map
         h = seq * (2 * _NODE_SIZE)
         if 2 * seq + 1 >= len(ix) or h + _NODE_SIZE > len(tm):

@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,3 +119,31 @@ def test_a_fold_is_the_same_with_and_without_the_extension(before: list[bytes], 
         merkle._native = saved
     assert fast == slow
     assert fast.roots == slow_roots == merkle.append_leaves(roots, len(before), batch)[1]
+
+
+@needs_native
+def test_a_get_through_the_compiled_read_answers_as_the_python_one(tmp_path: Path) -> None:
+    """Core.get's C read from the maps (`mapped_block`) and its Python read give the same blocks,
+    the same None for cleared ones, and past the maps fall back to the same pread."""
+    from feedlog.log import core as core_module
+    from feedlog.log.core import Core
+    from feedlog.log.crypto import KeyPair
+
+    assert core_module._mapped_block is not None
+    rng = random.Random(3)
+    data = [rng.randbytes(rng.choice([0, 1, 50, 119, 120, 4096, 5000, 70_000])) for _ in range(60)]
+    with Core.create(tmp_path / "f", KeyPair.generate()) as c:
+        for i in range(0, 50, 7):
+            c.append(data[i : min(i + 7, 50)])
+        c.clear([3, 17, 40])
+        reads = {}
+        for mapped in (core_module._mapped_block, None):
+            saved, core_module._mapped_block = core_module._mapped_block, mapped
+            try:
+                reads[mapped is None] = [c.get(s) for s in range(c.length)]
+            finally:
+                core_module._mapped_block = saved
+        assert reads[True] == reads[False]
+        assert reads[False][3] is None and reads[False][4] == data[4]
+        c.append(data[50:])  # past the maps: C says so, the pread path answers
+        assert [c.get(s) for s in range(50, 60)] == data[50:]
