@@ -242,6 +242,10 @@ done:
     return out;
 }
 
+/* The items of a sequence as a tuple of their own: a list the caller (or code run meanwhile, a size's
+ * __index__, a buffer's exporter) changes cannot pull an item from under the loop. */
+static PyObject *frozen(PyObject *seq) { return PySequence_Tuple(seq); }
+
 static int size_at(PyObject *sizes, Py_ssize_t i, uint64_t *size) {
     PyObject *item = PyNumber_Index(PySequence_Fast_GET_ITEM(sizes, i)); /* an int, or a numpy integer */
     if (item == NULL) return -1;
@@ -259,9 +263,9 @@ static int size_at(PyObject *sizes, Py_ssize_t i, uint64_t *size) {
 static PyObject *py_leaf_hashes(PyObject *self, PyObject *args) {
     PyObject *blocks_in, *sizes_in;
     if (!PyArg_ParseTuple(args, "OO", &blocks_in, &sizes_in)) return NULL;
-    PyObject *blocks = PySequence_Fast(blocks_in, "blocks must be a sequence");
+    PyObject *blocks = frozen(blocks_in);
     if (blocks == NULL) return NULL;
-    PyObject *sizes = PySequence_Fast(sizes_in, "sizes must be a sequence");
+    PyObject *sizes = frozen(sizes_in);
     if (sizes == NULL) {
         Py_DECREF(blocks);
         return NULL;
@@ -321,9 +325,9 @@ done:
 static PyObject *py_parent_hashes(PyObject *self, PyObject *args) {
     PyObject *hashes_in, *sizes_in;
     if (!PyArg_ParseTuple(args, "OO", &hashes_in, &sizes_in)) return NULL;
-    PyObject *hashes = PySequence_Fast(hashes_in, "hashes must be a sequence");
+    PyObject *hashes = frozen(hashes_in);
     if (hashes == NULL) return NULL;
-    PyObject *sizes = PySequence_Fast(sizes_in, "sizes must be a sequence");
+    PyObject *sizes = frozen(sizes_in);
     if (sizes == NULL) {
         Py_DECREF(hashes);
         return NULL;
@@ -447,7 +451,7 @@ static int writer_shape_one(const uint8_t *buf, Py_ssize_t e, int *has, uint64_t
 /* writer_shape(blocks) -> (ok, has_timestamp, timestamps): entry_scan._writer_shape of each block, as
  * bytes (one 0/1 byte per block for the first two; a little-endian uint64 per block, 0 where none) */
 static PyObject *py_writer_shape(PyObject *self, PyObject *arg) {
-    PyObject *blocks = PySequence_Fast(arg, "blocks must be a sequence");
+    PyObject *blocks = frozen(arg);
     if (blocks == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
     PyObject *ok = PyBytes_FromStringAndSize(NULL, n), *has = PyBytes_FromStringAndSize(NULL, n);

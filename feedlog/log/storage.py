@@ -17,7 +17,6 @@ batch durable.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import struct
@@ -191,8 +190,10 @@ class Checkpoint:
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """Linux's sync_file_range(2), through the C library; None where there is none."""
     try:
+        import ctypes
+
         fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):
+    except (ImportError, AttributeError, OSError):
         return None
     fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     fn.restype = ctypes.c_int
@@ -200,6 +201,8 @@ def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
 
 
 _SYNC_FILE_RANGE = _sync_file_range() if sys.platform.startswith("linux") else None
+#: start writeback, wait for nothing. Never the WAIT_* flags: waiting here would consume a writeback
+#: error that the fsync after it must report (the fsync decides durability, not this)
 _SYNC_FILE_RANGE_WRITE = 2
 
 

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feedlog.log import merkle
+from feedlog.errors import Corruption
+from feedlog.log import merkle, storage
 from feedlog.log.crypto import leaf_hash, parent_hash
 
 native = merkle._native
@@ -23,16 +24,19 @@ native = merkle._native
 needs_native = pytest.mark.skipif(native is None, reason="no C compiler: feedlog.log._blake2batch was not built")
 
 
-def _compiler() -> str | None:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(os.environ.get("CC", cc).split()[0])
+def _can_build() -> bool:
+    """A C compiler and Python's headers: what setup.py needs to build the extension."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    headers = Path(sysconfig.get_path("include")) / "Python.h"
+    return shutil.which(cc.split()[0]) is not None and headers.is_file()
 
 
 def test_an_install_with_a_compiler_built_the_extension() -> None:
-    """tools/run installs where a C compiler is (as CI's machine): the suite then runs the fast path."""
-    if _compiler() is None:
-        pytest.skip("no C compiler here: the hashlib path is the one installed")
-    assert native is not None, "feedlog.log._blake2batch did not build although a C compiler is here (setup.py)"
+    """tools/run installs where a C compiler and Python's headers are (as on CI's machine): the suite
+    then runs the fast path."""
+    if not _can_build():
+        pytest.skip("no C compiler or no Python.h here: the hashlib path is the one installed")
+    assert native is not None, "feedlog.log._blake2batch did not build although cc and Python.h are here (setup.py)"
 
 
 def _len_edges() -> list[int]:
@@ -61,6 +65,21 @@ def test_leaf_hashes_match_the_reference(blocks: list[bytes]) -> None:
     sizes = [len(b) for b in blocks]
     got = native.leaf_hashes(blocks, sizes)
     assert got == merkle._leaf_hashes(blocks, sizes) == [leaf_hash(b) for b in blocks]
+
+
+@needs_native
+def test_leaf_hashes_of_many_chunks_and_a_failure_partway() -> None:
+    """The C loop takes blocks 256 at a time: several chunks and a ragged last one hash as the
+    reference does, and a bad block in a later chunk fails the call, leaving its buffers released."""
+    assert native is not None
+    rng = random.Random(11)
+    blocks = [rng.randbytes(rng.randrange(0, 200)) for _ in range(700)]
+    sizes = [len(b) for b in blocks]
+    assert native.leaf_hashes(blocks, sizes) == merkle._leaf_hashes(blocks, sizes)
+    held = bytearray(b"held")  # a buffer exported while hashed: resizable again once released
+    with pytest.raises(TypeError):
+        native.leaf_hashes([*blocks[:299], held, 12345, *blocks[301:]], sizes)
+    held.extend(b"!")  # BufferError if the failed call had kept it exported
 
 
 @needs_native
@@ -147,3 +166,10 @@ def test_a_get_through_the_compiled_read_answers_as_the_python_one(tmp_path: Pat
         assert reads[False][3] is None and reads[False][4] == data[4]
         c.append(data[50:])  # past the maps: C says so, the pread path answers
         assert [c.get(s) for s in range(50, 60)] == data[50:]
+        off, _n, _ = c._entry(5)
+        with open(tmp_path / "f" / storage.LOG, "r+b") as f:  # a block changed on disk: refused, by C too
+            f.seek(off)
+            f.write(bytes([data[5][0] ^ 1]))
+        assert core_module._mapped_block(c._index_words, c._tree_map, c._log_map, 5) == 2
+        with pytest.raises(Corruption, match="block 5 fails its hash check"):
+            c.get(5)
