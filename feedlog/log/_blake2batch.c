@@ -242,15 +242,26 @@ done:
     return out;
 }
 
-/* The items of a sequence as a tuple of their own: a list the caller (or code run meanwhile, a size's
- * __index__, a buffer's exporter) changes cannot pull an item from under the loop. */
-static PyObject *frozen(PyObject *seq) { return PySequence_Tuple(seq); }
+/* The items of a sequence without copying a list (PySequence_Fast). Python code may run during a loop
+ * (a size's __index__, a buffer's exporter) and change the list: every item is taken through `item`,
+ * which checks the index against the list's length at that moment. */
+static PyObject *frozen(PyObject *seq) { return PySequence_Fast(seq, "expected a sequence"); }
+
+static PyObject *item(PyObject *seq, Py_ssize_t i) {
+    if (i >= PySequence_Fast_GET_SIZE(seq)) {
+        PyErr_SetString(PyExc_RuntimeError, "a sequence changed size while it was hashed");
+        return NULL;
+    }
+    return PySequence_Fast_GET_ITEM(seq, i); /* borrowed: used before any more Python code runs */
+}
 
 static int size_at(PyObject *sizes, Py_ssize_t i, uint64_t *size) {
-    PyObject *item = PyNumber_Index(PySequence_Fast_GET_ITEM(sizes, i)); /* an int, or a numpy integer */
-    if (item == NULL) return -1;
-    unsigned long long v = PyLong_AsUnsignedLongLong(item);
-    Py_DECREF(item);
+    PyObject *given = item(sizes, i);
+    if (given == NULL) return -1;
+    PyObject *index = PyNumber_Index(given); /* an int, or a numpy integer */
+    if (index == NULL) return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
     *size = (uint64_t)v;
     return 0;
@@ -289,8 +300,8 @@ static PyObject *py_leaf_hashes(PyObject *self, PyObject *args) {
         Py_ssize_t m = n - at < CHUNK ? n - at : CHUNK;
         for (held = 0; held < m; held++) {
             if (size_at(sizes, at + held, &lens[held]) < 0) goto fail;
-            if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(blocks, at + held), &bufs[held], PyBUF_SIMPLE) < 0)
-                goto fail;
+            PyObject *block = item(blocks, at + held);
+            if (block == NULL || PyObject_GetBuffer(block, &bufs[held], PyBUF_SIMPLE) < 0) goto fail;
         }
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < m; i++) {
@@ -353,7 +364,8 @@ static PyObject *py_parent_hashes(PyObject *self, PyObject *args) {
         msg[0] = 1; /* PARENT_TYPE */
         store64(msg + 1, size);
         for (int k = 0; k < 2; k++) {
-            PyObject *h = PySequence_Fast_GET_ITEM(hashes, 2 * i + k);
+            PyObject *h = item(hashes, 2 * i + k);
+            if (h == NULL) goto done;
             if (!PyBytes_Check(h) || PyBytes_GET_SIZE(h) != OUT) {
                 PyErr_Format(PyExc_ValueError, "hash %zd is not 32 bytes", 2 * i + k);
                 goto done;
@@ -460,14 +472,15 @@ static PyObject *py_writer_shape(PyObject *self, PyObject *arg) {
     uint8_t *okp = (uint8_t *)PyBytes_AS_STRING(ok), *hasp = (uint8_t *)PyBytes_AS_STRING(has);
     uint8_t *tsp = (uint8_t *)PyBytes_AS_STRING(ts);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(blocks, i);
+        PyObject *it = item(blocks, i);
+        if (it == NULL) goto done;
         int h, good;
         uint64_t t;
-        if (PyBytes_Check(item)) {
-            good = writer_shape_one((const uint8_t *)PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item), &h, &t);
+        if (PyBytes_Check(it)) {
+            good = writer_shape_one((const uint8_t *)PyBytes_AS_STRING(it), PyBytes_GET_SIZE(it), &h, &t);
         } else {
             Py_buffer b;
-            if (PyObject_GetBuffer(item, &b, PyBUF_SIMPLE) < 0) goto done;
+            if (PyObject_GetBuffer(it, &b, PyBUF_SIMPLE) < 0) goto done;
             good = writer_shape_one((const uint8_t *)b.buf, b.len, &h, &t);
             PyBuffer_Release(&b);
         }
