@@ -122,6 +122,21 @@ def test_bad_input_is_refused_not_hashed() -> None:
     with pytest.raises(TypeError):
         native.leaf_hashes(["a"], [1])
 
+    blocks = [b"x"] * 10
+    hashes = [h] * 10
+
+    class Shrinks:  # a size whose __index__ empties the lists being hashed: an error, never a crash
+        def __index__(self) -> int:
+            blocks.clear()
+            hashes.clear()
+            return 1
+
+    with pytest.raises(RuntimeError, match="changed size"):
+        native.leaf_hashes(blocks, [Shrinks(), *[1] * 9])
+    hashes[:] = [h] * 10
+    with pytest.raises(RuntimeError, match="changed size"):
+        native.parent_hashes(hashes, [Shrinks()] * 5)
+
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.binary(max_size=50), max_size=40), st.lists(st.binary(max_size=200), max_size=90))
