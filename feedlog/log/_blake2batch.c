@@ -396,6 +396,278 @@ done:
     return out;
 }
 
+/* ---- a batch folded into the tree: merkle.fold ---------------------------------------------------------- */
+
+static int u64_of(PyObject *o, uint64_t *v) {
+    PyObject *index = PyNumber_Index(o);
+    if (index == NULL) return -1;
+    unsigned long long x = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *v = (uint64_t)x;
+    return 0;
+}
+
+static PyObject *node_tuple(uint64_t index, const uint8_t *hash, uint64_t size) {
+    return Py_BuildValue("(Ky#K)", (unsigned long long)index, (const char *)hash, (Py_ssize_t)OUT,
+                         (unsigned long long)size);
+}
+
+static int depth_of(uint64_t index) { /* trailing one bits (flat_tree.depth) */
+    int d = 0;
+    while (index & 1) {
+        index >>= 1;
+        d++;
+    }
+    return d;
+}
+
+/* fold(roots, start, blocks, sizes) -> (buf, outside, roots): merkle.fold's work with no Python object per
+ * node. `roots`: the tree's roots at `start`, (index, hash, size) each; `sizes`: the blocks' lengths. `buf`
+ * holds the nodes of flat-tree indices 2*start .. 2*(start+n)-2 (40 bytes each: hash, u64le size; zero where
+ * the batch computes none), `outside` the parents joining the batch to older roots, `roots` the new roots,
+ * both as (index, hash, size) tuples, roots by index. The leaves are hashed a chunk at a time with their
+ * buffers held, the levels above them without the GIL. */
+static PyObject *py_fold(PyObject *self, PyObject *args) {
+    PyObject *roots_in, *blocks_in, *sizes_in;
+    unsigned long long start_ull;
+    if (!PyArg_ParseTuple(args, "OKOO", &roots_in, &start_ull, &blocks_in, &sizes_in)) return NULL;
+    uint64_t start = (uint64_t)start_ull;
+    PyObject *roots = NULL, *blocks = NULL, *sizes = NULL, *buf = NULL, *outside = NULL, *out_roots = NULL,
+             *result = NULL;
+    uint8_t *hs = NULL, *next_h = NULL;
+    uint64_t *ss = NULL, *next_s = NULL;
+    Py_buffer *bufs = NULL;
+    Py_ssize_t held = 0;
+    /* old roots by depth (a full tree's roots have distinct depths) */
+    int have_root[64] = {0};
+    uint64_t root_index[64], root_size[64];
+    uint8_t root_hash[64][OUT];
+    /* the new tree's roots: at most one made per level, and the old ones left (128 bounds even roots
+     * that do not belong to a tree at `start`, which merkle.fold would also take) */
+    int n_new = 0;
+    uint64_t new_index[128], new_size[128];
+    uint8_t new_hash[128][OUT];
+
+    if ((roots = frozen(roots_in)) == NULL || (blocks = frozen(blocks_in)) == NULL ||
+        (sizes = frozen(sizes_in)) == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
+    if (PySequence_Fast_GET_SIZE(sizes) != n) {
+        PyErr_SetString(PyExc_ValueError, "blocks and sizes differ in length");
+        goto done;
+    }
+    if (start > (UINT64_MAX >> 2) || (uint64_t)n > (UINT64_MAX >> 2) - start) {
+        PyErr_SetString(PyExc_OverflowError, "a batch past 2**62 blocks");
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(roots); r++) {
+        PyObject *node = item(roots, r);
+        if (node == NULL) goto done;
+        PyObject *fields = PySequence_Fast(node, "a root is (index, hash, size)");
+        if (fields == NULL) goto done;
+        uint64_t index, size;
+        int bad = PySequence_Fast_GET_SIZE(fields) != 3;
+        PyObject *h = bad ? NULL : PySequence_Fast_GET_ITEM(fields, 1);
+        if (!bad) bad = !PyBytes_Check(h) || PyBytes_GET_SIZE(h) != OUT;
+        if (bad) {
+            Py_DECREF(fields);
+            PyErr_SetString(PyExc_ValueError, "a root is (index, hash of 32 bytes, size)");
+            goto done;
+        }
+        if (u64_of(PySequence_Fast_GET_ITEM(fields, 0), &index) < 0 ||
+            u64_of(PySequence_Fast_GET_ITEM(fields, 2), &size) < 0) {
+            Py_DECREF(fields);
+            goto done;
+        }
+        int d = depth_of(index);
+        if (d >= 63) {
+            Py_DECREF(fields);
+            PyErr_SetString(PyExc_ValueError, "a root deeper than any tree");
+            goto done;
+        }
+        have_root[d] = 1;  /* a later root of the same depth replaces it, as merkle.fold's dict does */
+        root_index[d] = index;
+        root_size[d] = size;
+        memcpy(root_hash[d], PyBytes_AS_STRING(h), OUT);
+        Py_DECREF(fields);
+    }
+    Py_ssize_t width = n ? 2 * n - 1 : 0;
+    uint64_t lo = 2 * start;
+    buf = PyBytes_FromStringAndSize(NULL, width * NODE);
+    hs = PyMem_Malloc((size_t)(n + 1) * OUT);
+    ss = PyMem_Malloc((size_t)(n + 1) * sizeof(uint64_t));
+    next_h = PyMem_Malloc((size_t)(n / 2 + 1) * OUT);
+    next_s = PyMem_Malloc((size_t)(n / 2 + 1) * sizeof(uint64_t));
+    bufs = PyMem_New(Py_buffer, CHUNK);
+    if (buf == NULL || hs == NULL || ss == NULL || next_h == NULL || next_s == NULL || bufs == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(buf);
+    memset(out, 0, (size_t)width * NODE);
+    /* the leaves, one slot in: a level starting at an odd offset takes an old root in front */
+    uint8_t *h0 = hs + OUT;
+    uint64_t *s0 = ss + 1;
+    for (Py_ssize_t at = 0; at < n; at += CHUNK) {
+        Py_ssize_t m = n - at < CHUNK ? n - at : CHUNK;
+        for (held = 0; held < m; held++) {
+            if (size_at(sizes, at + held, &s0[at + held]) < 0) goto done;
+            PyObject *block = item(blocks, at + held);
+            if (block == NULL || PyObject_GetBuffer(block, &bufs[held], PyBUF_SIMPLE) < 0) goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint8_t prefix[9];
+            prefix[0] = 0; /* LEAF_TYPE */
+            store64(prefix + 1, s0[at + i]);
+            hash2(prefix, sizeof prefix, (const uint8_t *)bufs[i].buf, (size_t)bufs[i].len, h0 + (size_t)(at + i) * OUT);
+            memcpy(out + (size_t)2 * (at + i) * NODE, h0 + (size_t)(at + i) * OUT, OUT);
+            store64(out + (size_t)2 * (at + i) * NODE + OUT, s0[at + i]);
+        }
+        Py_END_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < m; i++) PyBuffer_Release(&bufs[i]);
+        held = 0;
+    }
+    /* the levels above, as merkle.fold: d the depth, a the offset (among nodes of depth d) of cur[0] */
+    outside = PyList_New(0);
+    if (outside == NULL) goto done;
+    uint8_t *cur_h = h0;
+    uint64_t *cur_s = s0;
+    Py_ssize_t m = n;
+    uint64_t a = start;
+    int d = 0, missing = 0, overflow = 0;
+    /* (index, hash, size) of parents joining older roots: at most one per level */
+    int n_out = 0;
+    uint64_t out_index[64], out_size[64];
+    uint8_t out_hash[64][OUT];
+    Py_BEGIN_ALLOW_THREADS
+    while (m > 0) {
+        if (a & 1) { /* the left sibling of the level's first node is an old root */
+            if (d >= 64 || !have_root[d]) {
+                missing = 1;
+                break;
+            }
+            have_root[d] = 0;
+            cur_h -= OUT;
+            cur_s -= 1;
+            memcpy(cur_h, root_hash[d], OUT);
+            cur_s[0] = root_size[d];
+            m += 1;
+            a -= 1;
+        }
+        if (m & 1) {
+            new_index[n_new] = (a + (uint64_t)m - 1) << (d + 1);
+            new_index[n_new] += ((uint64_t)1 << d) - 1;
+            memcpy(new_hash[n_new], cur_h + (size_t)(m - 1) * OUT, OUT);
+            new_size[n_new] = cur_s[m - 1];
+            n_new++;
+        }
+        if (m < 2) break;
+        Py_ssize_t p = m / 2;
+        uint8_t msg[1 + 8 + 2 * OUT];
+        msg[0] = 1; /* PARENT_TYPE */
+        for (Py_ssize_t j = 0; j < p; j++) {
+            uint64_t size = cur_s[2 * j] + cur_s[2 * j + 1];
+            if (size < cur_s[2 * j]) overflow = 1;
+            store64(msg + 1, size);
+            memcpy(msg + 9, cur_h + (size_t)2 * j * OUT, 2 * OUT);
+            hash2(msg, sizeof msg, NULL, 0, next_h + (size_t)j * OUT);
+            next_s[j] = size;
+        }
+        d += 1;
+        a >>= 1;
+        uint64_t step = (uint64_t)1 << (d + 1), i = (a << (d + 1)) + ((uint64_t)1 << d) - 1;
+        Py_ssize_t k = 0;
+        if (i < lo) { /* only a level's first parent can join an old root (indices below the batch) */
+            out_index[n_out] = i;
+            memcpy(out_hash[n_out], next_h, OUT);
+            out_size[n_out] = next_s[0];
+            n_out++;
+            k = 1;
+            i += step;
+        }
+        for (Py_ssize_t j = k; j < p; j++, i += step) {
+            uint8_t *node = out + (size_t)(i - lo) * NODE;
+            memcpy(node, next_h + (size_t)j * OUT, OUT);
+            store64(node + OUT, next_s[j]);
+        }
+        /* the parents become the next level, one slot in (the leaves' arrays are free for them) */
+        cur_h = hs + OUT;
+        cur_s = ss + 1;
+        memcpy(cur_h, next_h, (size_t)p * OUT);
+        memcpy(cur_s, next_s, (size_t)p * sizeof(uint64_t));
+        m = p;
+    }
+    Py_END_ALLOW_THREADS
+    if (missing) {
+        PyObject *key = PyLong_FromLong(d); /* as merkle.fold's kept.pop(d): the roots are not those at start */
+        if (key != NULL) {
+            PyErr_SetObject(PyExc_KeyError, key);
+            Py_DECREF(key);
+        }
+        goto done;
+    }
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "a node's size exceeds 2**64 - 1");
+        goto done;
+    }
+    for (int j = 0; j < n_out; j++) {
+        PyObject *t = node_tuple(out_index[j], out_hash[j], out_size[j]);
+        if (t == NULL || PyList_Append(outside, t) < 0) {
+            Py_XDECREF(t);
+            goto done;
+        }
+        Py_DECREF(t);
+    }
+    /* the new roots: the old ones no new node joined, and those made here; by index */
+    out_roots = PyList_New(0);
+    if (out_roots == NULL) goto done;
+    for (int dd = 0; dd < 64; dd++) {
+        if (have_root[dd]) {
+            new_index[n_new] = root_index[dd];
+            memcpy(new_hash[n_new], root_hash[dd], OUT);
+            new_size[n_new] = root_size[dd];
+            n_new++;
+        }
+    }
+    for (int x = 1; x < n_new; x++) /* insertion sort: a few dozen at most */
+        for (int y = x; y > 0 && new_index[y - 1] > new_index[y]; y--) {
+            uint64_t ti = new_index[y], ts = new_size[y];
+            uint8_t th[OUT];
+            memcpy(th, new_hash[y], OUT);
+            new_index[y] = new_index[y - 1];
+            new_size[y] = new_size[y - 1];
+            memcpy(new_hash[y], new_hash[y - 1], OUT);
+            new_index[y - 1] = ti;
+            new_size[y - 1] = ts;
+            memcpy(new_hash[y - 1], th, OUT);
+        }
+    for (int j = 0; j < n_new; j++) {
+        PyObject *t = node_tuple(new_index[j], new_hash[j], new_size[j]);
+        if (t == NULL || PyList_Append(out_roots, t) < 0) {
+            Py_XDECREF(t);
+            goto done;
+        }
+        Py_DECREF(t);
+    }
+    result = PyTuple_Pack(3, buf, outside, out_roots);
+done:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free(hs);
+    PyMem_Free(ss);
+    PyMem_Free(next_h);
+    PyMem_Free(next_s);
+    Py_XDECREF(roots);
+    Py_XDECREF(blocks);
+    Py_XDECREF(sizes);
+    Py_XDECREF(buf);
+    Py_XDECREF(outside);
+    Py_XDECREF(out_roots);
+    return result;
+}
+
 /* ---- writer timestamps: entry_scan._writer_shape, a block at a time -------------------------------- */
 
 /* The varint at buf[p..e): its value, and the position after it; -1 if it runs past e or is longer than
@@ -499,6 +771,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"blake2b_256", py_blake2b_256, METH_O, "BLAKE2b with a 32-byte digest, no key."},
+    {"fold", py_fold, METH_VARARGS, "merkle.fold's nodes: (buf, outside, roots), nodes as (index, hash, size)."},
     {"mapped_block", py_mapped_block, METH_VARARGS,
      "Core.get's read from its maps: the block's bytes, or 0 (cleared), 1 (not in the maps), 2 (corrupt)."},
     {"leaf_hash", py_leaf_hash, METH_O, "BLAKE2b-256(0x00 || u64le(len(block)) || block)."},

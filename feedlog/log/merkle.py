@@ -182,6 +182,10 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
     range's (hash, size) field list with two strided slice assignments, and the
     list is packed once (`_pack_nodes`).
     """
+    if _native is not None:  # the same, with no Python object per node (the nodes go straight into buf)
+        leaf_sizes = list(map(len, blocks)) if sizes is None else sizes
+        buf, outside_nodes, root_nodes = _native.fold(roots, start, blocks, leaf_sizes)
+        return Fold(2 * start, buf, list(map(Node._make, outside_nodes)), list(map(Node._make, root_nodes)), leaf_sizes)
     n = len(blocks)
     lo = 2 * start
     width = 2 * n - 1 if n else 0

@@ -188,3 +188,28 @@ def test_a_get_through_the_compiled_read_answers_as_the_python_one(tmp_path: Pat
         assert core_module._mapped_block(c._index_words, c._tree_map, c._log_map, 5) == 2
         with pytest.raises(Corruption, match="block 5 fails its hash check"):
             c.get(5)
+
+
+@needs_native
+def test_folds_of_a_growing_tree_are_the_same_in_c_and_python() -> None:
+    """Batch after batch (odd and even starts, batches past the C loop's 256-block chunks): the same
+    nodes, joins to older roots and roots; roots that are not the tree's at `start` fail alike."""
+    rng = random.Random(5)
+    roots: list[merkle.Node] = []
+    start = 0
+    for n in [1, 2, 3, 300, 1, 0, 7, 513, 64, 1000, 5]:
+        batch = [rng.randbytes(rng.randrange(0, 150)) for _ in range(n)]
+        fast = merkle.fold(roots, start, batch)
+        saved, merkle._native = merkle._native, None
+        try:
+            slow = merkle.fold(roots, start, batch)
+        finally:
+            merkle._native = saved
+        assert fast == slow
+        assert all(type(r) is merkle.Node for r in (*fast.roots, *fast.outside))
+        roots, start = fast.roots, start + n
+    assert native is not None
+    with pytest.raises(KeyError):
+        native.fold([], 3, [b"x"], [1])  # block 3 joins a root of depth 0 that was not given
+    with pytest.raises(ValueError, match="differ"):
+        native.fold([], 0, [b"x"], [])
