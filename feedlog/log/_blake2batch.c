@@ -206,7 +206,7 @@ static PyObject *py_mapped_block(PyObject *self, PyObject *args) {
     }
     PyObject *out = NULL;
     long code = MAPPED_OUTSIDE;
-    if (seq < 0 || seq > (PY_SSIZE_T_MAX - 16) / (2 * NODE)) goto answer;
+    if (seq < 0 || seq > (PY_SSIZE_T_MAX - NODE) / (2 * NODE)) goto answer; /* 2*NODE*seq + NODE fits */
     if (16 * seq + 16 > ix.len || 2 * NODE * seq + NODE > tm.len) goto answer;
     const uint8_t *entry = (const uint8_t *)ix.buf + 16 * seq;
     uint64_t off = load64(entry), word = load64(entry + 8);
@@ -429,10 +429,10 @@ static int depth_of(uint64_t index) { /* trailing one bits (flat_tree.depth) */
  * both as (index, hash, size) tuples, roots by index. The leaves are hashed a chunk at a time with their
  * buffers held, the levels above them without the GIL. */
 static PyObject *py_fold(PyObject *self, PyObject *args) {
-    PyObject *roots_in, *blocks_in, *sizes_in;
-    unsigned long long start_ull;
-    if (!PyArg_ParseTuple(args, "OKOO", &roots_in, &start_ull, &blocks_in, &sizes_in)) return NULL;
-    uint64_t start = (uint64_t)start_ull;
+    PyObject *roots_in, *start_in, *blocks_in, *sizes_in;
+    if (!PyArg_ParseTuple(args, "OOOO", &roots_in, &start_in, &blocks_in, &sizes_in)) return NULL;
+    uint64_t start;
+    if (u64_of(start_in, &start) < 0) return NULL; /* an int or a numpy integer; never wrapped */
     PyObject *roots = NULL, *blocks = NULL, *sizes = NULL, *buf = NULL, *outside = NULL, *out_roots = NULL,
              *result = NULL;
     uint8_t *hs = NULL, *next_h = NULL;
@@ -457,14 +457,16 @@ static PyObject *py_fold(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "blocks and sizes differ in length");
         goto done;
     }
-    if (start > (UINT64_MAX >> 2) || (uint64_t)n > (UINT64_MAX >> 2) - start) {
-        PyErr_SetString(PyExc_OverflowError, "a batch past 2**62 blocks");
+    if (start > ((uint64_t)1 << 62) || (uint64_t)n > ((uint64_t)1 << 62) - start) {
+        PyErr_SetString(PyExc_OverflowError, "a batch past 2**62 blocks"); /* flat indices stay under 2**63 */
         goto done;
     }
     for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(roots); r++) {
         PyObject *node = item(roots, r);
         if (node == NULL) goto done;
-        PyObject *fields = PySequence_Fast(node, "a root is (index, hash, size)");
+        /* a tuple of its own (a Node is one already): a root given as a list that its size's __index__
+         * empties cannot pull its hash from under us */
+        PyObject *fields = PySequence_Tuple(node);
         if (fields == NULL) goto done;
         uint64_t index, size;
         int bad = PySequence_Fast_GET_SIZE(fields) != 3;

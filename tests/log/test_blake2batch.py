@@ -213,3 +213,17 @@ def test_folds_of_a_growing_tree_are_the_same_in_c_and_python() -> None:
         native.fold([], 3, [b"x"], [1])  # block 3 joins a root of depth 0 that was not given
     with pytest.raises(ValueError, match="differ"):
         native.fold([], 0, [b"x"], [])
+    with pytest.raises(OverflowError):  # never wrapped to a small start
+        native.fold([], 2**64 + 5, [b"x"], [1])
+    assert native.fold([], np.int64(0), [b"x"], [1]) == native.fold([], 0, [b"x"], [1])
+
+    given = [2, bytes(32), 1]
+
+    class Clears:  # a root's field whose __index__ empties the root: an error or a copy, never a crash
+        def __index__(self) -> int:
+            given.clear()
+            return 0
+
+    given[0] = Clears()  # root 0 (depth 0) of a 1-block tree, which block 1 joins
+    _, _, joined = native.fold([given], 1, [b"x"], [1])
+    assert joined == [(1, parent_hash(bytes(32), leaf_hash(b"x"), 2), 2)]
