@@ -1,7 +1,8 @@
-"""The one compiled part: feedlog.log._blake2batch (batch Merkle hashing), optional.
+"""The one compiled part: feedlog.log._blake2batch (the Merkle fold, get's read, the timestamp scan), optional.
 
 Everything else is in pyproject.toml. A machine without a C compiler still installs
-feedlog; merkle.py then hashes with hashlib, the reference the tests compare against.
+feedlog; merkle, core and entry_scan then run their Python paths, the references the tests
+compare the extension against.
 """
 
 from setuptools import Extension, setup

@@ -1,12 +1,15 @@
-/* Merkle hashing a batch at a time: feedlog.log._blake2batch (optional, compiled at install);
- * and, beside it, the replica's scan for writer timestamps (`writer_shape`, end of file).
+/* feedlog.log._blake2batch (optional, compiled at install by setup.py): the feed's hot loops in C.
+ * - BLAKE2b-256 and the Merkle tree's leaves and parents a batch at a time (`leaf_hashes`,
+ *   `parent_hashes`), and the whole fold of a batch into the tree (`fold`: merkle.fold);
+ * - `Core.get`'s read of a block from the maps of the index, tree and log (`mapped_block`);
+ * - a replica's scan for writer timestamps (`writer_shape`: entry_scan's first tier).
+ * Each has a Python reference (merkle, core, entry_scan) that runs where this module was not built,
+ * and tests/log/test_blake2batch.py and test_entry_scan.py compare the two on random input.
  *
  * The tree's hashes are BLAKE2b-256 (RFC 7693, no key) of a leaf's
  * 0x00 || u64le(size) || block and of a parent's 0x01 || u64le(size) || left || right.
  * hashlib computes each in ~120 ns, but reaching it from Python costs ~350 ns more per hash
  * (a hasher copied, updated, digested, each an object); here a whole batch is one call.
- * merkle.py keeps the pure-Python path as the reference, and tests/log/test_blake2batch.py
- * compares the two on random batches (and this BLAKE2b with hashlib's).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
