@@ -168,21 +168,6 @@ static PyObject *py_blake2b_256(PyObject *self, PyObject *arg) {
     return out;
 }
 
-/* leaf_hash(block) -> bytes: BLAKE2b-256(0x00 || u64le(len(block)) || block), one block (a get's check) */
-static PyObject *py_leaf_hash(PyObject *self, PyObject *arg) {
-    Py_buffer b;
-    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, OUT);
-    if (out != NULL) {
-        uint8_t prefix[9];
-        prefix[0] = 0; /* LEAF_TYPE */
-        store64(prefix + 1, (uint64_t)b.len);
-        hash2(prefix, sizeof prefix, (const uint8_t *)b.buf, (size_t)b.len, (uint8_t *)PyBytes_AS_STRING(out));
-    }
-    PyBuffer_Release(&b);
-    return out;
-}
-
 /* mapped_block(index, tree, log, seq) -> bytes | int: Core.get's read from its maps of the index (u64 words:
  * offset, then u32 length | u32 flags << 32), the tree (40-byte nodes, block seq's leaf at 2 * seq) and the log.
  * The block's bytes once they hash to their leaf; MAPPED_CLEARED if compaction cleared it; MAPPED_OUTSIDE
@@ -779,7 +764,6 @@ static PyMethodDef methods[] = {
     {"fold", py_fold, METH_VARARGS, "merkle.fold's nodes: (buf, outside, roots), nodes as (index, hash, size)."},
     {"mapped_block", py_mapped_block, METH_VARARGS,
      "Core.get's read from its maps: the block's bytes, or 0 (cleared), 1 (not in the maps), 2 (corrupt)."},
-    {"leaf_hash", py_leaf_hash, METH_O, "BLAKE2b-256(0x00 || u64le(len(block)) || block)."},
     {"leaf_hashes", py_leaf_hashes, METH_VARARGS, "BLAKE2b-256(0x00 || u64le(size) || block) of each block."},
     {"parent_hashes", py_parent_hashes, METH_VARARGS,
      "BLAKE2b-256(0x01 || u64le(sizes[i]) || hashes[2i] || hashes[2i+1]) for each i < len(sizes)."},
