@@ -243,22 +243,74 @@ static PyObject *item(PyObject *seq, Py_ssize_t i) {
     return PySequence_Fast_GET_ITEM(seq, i); /* borrowed: used before any more Python code runs */
 }
 
-static int size_at(PyObject *sizes, Py_ssize_t i, uint64_t *size) {
-    PyObject *given = item(sizes, i);
-    if (given == NULL) return -1;
-    PyObject *index = PyNumber_Index(given); /* an int, or a numpy integer */
+/* an int or a numpy integer as an unsigned 64-bit value; OverflowError past it, never wrapped */
+static int u64_of(PyObject *o, uint64_t *v) {
+    PyObject *index = PyNumber_Index(o);
     if (index == NULL) return -1;
-    unsigned long long v = PyLong_AsUnsignedLongLong(index);
+    unsigned long long x = PyLong_AsUnsignedLongLong(index);
     Py_DECREF(index);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    *size = (uint64_t)v;
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *v = (uint64_t)x;
     return 0;
 }
 
-/* leaf_hashes(blocks, sizes) -> list[bytes]: BLAKE2b-256(0x00 || u64le(sizes[i]) || blocks[i]) for each i.
- * CHUNK blocks at a time, their buffers held while they are hashed without the GIL (a reader's other
- * threads go on meanwhile). */
+static int size_at(PyObject *sizes, Py_ssize_t i, uint64_t *size) {
+    PyObject *given = item(sizes, i);
+    return given == NULL ? -1 : u64_of(given, size);
+}
+
+/* The leaf hashes of blocks[0..n) (sizes[i] in each prefix) into digests (n * OUT bytes), and the sizes
+ * into lens: CHUNK blocks at a time, their buffers held while they are hashed without the GIL (a
+ * reader's other threads go on meanwhile). 0, or -1 with the exception set and every buffer released. */
 #define CHUNK 256
+static int hash_leaves(PyObject *blocks, PyObject *sizes, Py_ssize_t n, uint8_t *digests, uint64_t *lens) {
+    Py_buffer *bufs = PyMem_New(Py_buffer, CHUNK);
+    if (bufs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t held = 0;
+    for (Py_ssize_t at = 0; at < n; at += CHUNK) {
+        Py_ssize_t m = n - at < CHUNK ? n - at : CHUNK;
+        for (held = 0; held < m; held++) {
+            if (size_at(sizes, at + held, &lens[at + held]) < 0) goto fail;
+            PyObject *block = item(blocks, at + held);
+            if (block == NULL || PyObject_GetBuffer(block, &bufs[held], PyBUF_SIMPLE) < 0) goto fail;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint8_t prefix[9];
+            prefix[0] = 0; /* LEAF_TYPE */
+            store64(prefix + 1, lens[at + i]);
+            hash2(prefix, sizeof prefix, (const uint8_t *)bufs[i].buf, (size_t)bufs[i].len,
+                  digests + (size_t)(at + i) * OUT);
+        }
+        Py_END_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < m; i++) PyBuffer_Release(&bufs[i]);
+    }
+    PyMem_Free(bufs);
+    return 0;
+fail:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    return -1;
+}
+
+/* digests[0..n) as a list of 32-byte bytes objects */
+static PyObject *digest_list(const uint8_t *digests, Py_ssize_t n) {
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *digest = PyBytes_FromStringAndSize((const char *)digests + (size_t)i * OUT, OUT);
+        if (digest == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, digest);
+    }
+    return out;
+}
+
+/* leaf_hashes(blocks, sizes) -> list[bytes]: BLAKE2b-256(0x00 || u64le(sizes[i]) || blocks[i]) for each i */
 static PyObject *py_leaf_hashes(PyObject *self, PyObject *args) {
     PyObject *blocks_in, *sizes_in;
     if (!PyArg_ParseTuple(args, "OO", &blocks_in, &sizes_in)) return NULL;
@@ -269,50 +321,18 @@ static PyObject *py_leaf_hashes(PyObject *self, PyObject *args) {
         Py_DECREF(blocks);
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks), held = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
     PyObject *out = NULL;
-    Py_buffer *bufs = PyMem_New(Py_buffer, CHUNK);
-    uint64_t lens[CHUNK];
-    uint8_t digests[CHUNK * OUT];
-    if (bufs == NULL) {
+    uint8_t *digests = PyMem_Malloc((size_t)(n ? n : 1) * OUT);
+    uint64_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
+    if (digests == NULL || lens == NULL)
         PyErr_NoMemory();
-        goto done;
-    }
-    if (PySequence_Fast_GET_SIZE(sizes) != n) {
+    else if (PySequence_Fast_GET_SIZE(sizes) != n)
         PyErr_SetString(PyExc_ValueError, "blocks and sizes differ in length");
-        goto done;
-    }
-    out = PyList_New(n);
-    if (out == NULL) goto done;
-    for (Py_ssize_t at = 0; at < n; at += CHUNK) {
-        Py_ssize_t m = n - at < CHUNK ? n - at : CHUNK;
-        for (held = 0; held < m; held++) {
-            if (size_at(sizes, at + held, &lens[held]) < 0) goto fail;
-            PyObject *block = item(blocks, at + held);
-            if (block == NULL || PyObject_GetBuffer(block, &bufs[held], PyBUF_SIMPLE) < 0) goto fail;
-        }
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint8_t prefix[9];
-            prefix[0] = 0; /* LEAF_TYPE */
-            store64(prefix + 1, lens[i]);
-            hash2(prefix, sizeof prefix, (const uint8_t *)bufs[i].buf, (size_t)bufs[i].len, digests + (size_t)i * OUT);
-        }
-        Py_END_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < m; i++) PyBuffer_Release(&bufs[i]);
-        held = 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            PyObject *digest = PyBytes_FromStringAndSize((const char *)digests + (size_t)i * OUT, OUT);
-            if (digest == NULL) goto fail;
-            PyList_SET_ITEM(out, at + i, digest);
-        }
-    }
-    goto done;
-fail:
-    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
-    Py_CLEAR(out);
-done:
-    PyMem_Free(bufs);
+    else if (hash_leaves(blocks, sizes, n, digests, lens) == 0)
+        out = digest_list(digests, n);
+    PyMem_Free(digests);
+    PyMem_Free(lens);
     Py_DECREF(blocks);
     Py_DECREF(sizes);
     return out;
@@ -366,16 +386,7 @@ static PyObject *py_parent_hashes(PyObject *self, PyObject *args) {
         hash2(msgs + (size_t)i * MSG, MSG, NULL, 0, digests + (size_t)i * OUT);
     }
     Py_END_ALLOW_THREADS
-    out = PyList_New(n);
-    if (out == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *digest = PyBytes_FromStringAndSize((const char *)digests + (size_t)i * OUT, OUT);
-        if (digest == NULL) {
-            Py_CLEAR(out);
-            goto done;
-        }
-        PyList_SET_ITEM(out, i, digest);
-    }
+    out = digest_list(digests, n);
 done:
     PyMem_Free(msgs);
     PyMem_Free(digests);
@@ -385,16 +396,6 @@ done:
 }
 
 /* ---- a batch folded into the tree: merkle.fold ---------------------------------------------------------- */
-
-static int u64_of(PyObject *o, uint64_t *v) {
-    PyObject *index = PyNumber_Index(o);
-    if (index == NULL) return -1;
-    unsigned long long x = PyLong_AsUnsignedLongLong(index);
-    Py_DECREF(index);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    *v = (uint64_t)x;
-    return 0;
-}
 
 static PyObject *node_tuple(uint64_t index, const uint8_t *hash, uint64_t size) {
     return Py_BuildValue("(Ky#K)", (unsigned long long)index, (const char *)hash, (Py_ssize_t)OUT,
@@ -414,8 +415,8 @@ static int depth_of(uint64_t index) { /* trailing one bits (flat_tree.depth) */
  * node. `roots`: the tree's roots at `start`, (index, hash, size) each; `sizes`: the blocks' lengths. `buf`
  * holds the nodes of flat-tree indices 2*start .. 2*(start+n)-2 (40 bytes each: hash, u64le size; zero where
  * the batch computes none), `outside` the parents joining the batch to older roots, `roots` the new roots,
- * both as (index, hash, size) tuples, roots by index. The leaves are hashed a chunk at a time with their
- * buffers held, the levels above them without the GIL. */
+ * both as (index, hash, size) tuples, roots by index. The leaves are hashed as leaf_hashes does
+ * (hash_leaves), the levels above them without the GIL. */
 static PyObject *py_fold(PyObject *self, PyObject *args) {
     PyObject *roots_in, *start_in, *blocks_in, *sizes_in;
     if (!PyArg_ParseTuple(args, "OOOO", &roots_in, &start_in, &blocks_in, &sizes_in)) return NULL;
@@ -425,8 +426,6 @@ static PyObject *py_fold(PyObject *self, PyObject *args) {
              *result = NULL;
     uint8_t *hs = NULL, *next_h = NULL;
     uint64_t *ss = NULL, *next_s = NULL;
-    Py_buffer *bufs = NULL;
-    Py_ssize_t held = 0;
     /* old roots by depth (a full tree's roots have distinct depths) */
     int have_root[64] = {0};
     uint64_t root_index[64], root_size[64];
@@ -489,8 +488,7 @@ static PyObject *py_fold(PyObject *self, PyObject *args) {
     ss = PyMem_Malloc((size_t)(n + 1) * sizeof(uint64_t));
     next_h = PyMem_Malloc((size_t)(n / 2 + 1) * OUT);
     next_s = PyMem_Malloc((size_t)(n / 2 + 1) * sizeof(uint64_t));
-    bufs = PyMem_New(Py_buffer, CHUNK);
-    if (buf == NULL || hs == NULL || ss == NULL || next_h == NULL || next_s == NULL || bufs == NULL) {
+    if (buf == NULL || hs == NULL || ss == NULL || next_h == NULL || next_s == NULL) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
@@ -499,25 +497,10 @@ static PyObject *py_fold(PyObject *self, PyObject *args) {
     /* the leaves, one slot in: a level starting at an odd offset takes an old root in front */
     uint8_t *h0 = hs + OUT;
     uint64_t *s0 = ss + 1;
-    for (Py_ssize_t at = 0; at < n; at += CHUNK) {
-        Py_ssize_t m = n - at < CHUNK ? n - at : CHUNK;
-        for (held = 0; held < m; held++) {
-            if (size_at(sizes, at + held, &s0[at + held]) < 0) goto done;
-            PyObject *block = item(blocks, at + held);
-            if (block == NULL || PyObject_GetBuffer(block, &bufs[held], PyBUF_SIMPLE) < 0) goto done;
-        }
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint8_t prefix[9];
-            prefix[0] = 0; /* LEAF_TYPE */
-            store64(prefix + 1, s0[at + i]);
-            hash2(prefix, sizeof prefix, (const uint8_t *)bufs[i].buf, (size_t)bufs[i].len, h0 + (size_t)(at + i) * OUT);
-            memcpy(out + (size_t)2 * (at + i) * NODE, h0 + (size_t)(at + i) * OUT, OUT);
-            store64(out + (size_t)2 * (at + i) * NODE + OUT, s0[at + i]);
-        }
-        Py_END_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < m; i++) PyBuffer_Release(&bufs[i]);
-        held = 0;
+    if (hash_leaves(blocks, sizes, n, h0, s0) < 0) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) { /* leaf i is node 2i of the range */
+        memcpy(out + (size_t)2 * i * NODE, h0 + (size_t)i * OUT, OUT);
+        store64(out + (size_t)2 * i * NODE + OUT, s0[i]);
     }
     /* the levels above, as merkle.fold: d the depth, a the offset (among nodes of depth d) of cur[0] */
     outside = PyList_New(0);
@@ -643,8 +626,6 @@ static PyObject *py_fold(PyObject *self, PyObject *args) {
     }
     result = PyTuple_Pack(3, buf, outside, out_roots);
 done:
-    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
-    PyMem_Free(bufs);
     PyMem_Free(hs);
     PyMem_Free(ss);
     PyMem_Free(next_h);
