@@ -167,6 +167,10 @@ def class_archive() -> Path:
     return cache / "feedlog" / f"spark-{install['pyspark']}-{key}.jsa"
 
 
+#: tries to start Spark's JVM: a launch lost to the fork (see `_start_jvm`) is tried once more
+GATEWAY_ATTEMPTS = 2
+
+
 def _start_jvm(master: str, app_name: str, settings: dict[str, str]) -> bool:
     """Start Spark's JVM and context ourselves, its stderr through a filter (`_forward`), when no
     JVM runs yet in this process; False when one does (or spark-submit started us with one)."""
@@ -178,15 +182,25 @@ def _start_jvm(master: str, app_name: str, settings: dict[str, str]) -> bool:
     conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
     for k, v in settings.items():
         conf.set(k, v)
-    # `popen_kwargs` is PySpark's documented hook for "capturing stdout/stderr" of the JVM it starts.
-    # The pipe is read from before the JVM starts: what it prints while starting (why it could not)
-    # reaches our stderr as it would unfiltered.
-    read_end, write_end = os.pipe()
-    threading.Thread(target=_forward, args=(read_end,), name="feedlog-spark-stderr", daemon=True).start()
-    try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
-    finally:
-        os.close(write_end)  # the JVM holds its own copy; ours would keep the pipe open after it exits
+    for attempt in range(GATEWAY_ATTEMPTS):
+        # `popen_kwargs` is PySpark's documented hook for "capturing stdout/stderr" of the JVM it
+        # starts. The pipe is read from before the JVM starts: what it prints while starting (why
+        # it could not) reaches our stderr as it would unfiltered.
+        read_end, write_end = os.pipe()
+        threading.Thread(target=_forward, args=(read_end,), name="feedlog-spark-stderr", daemon=True).start()
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
+            break
+        except Exception as e:
+            # PySpark forks its launcher with a preexec_fn; `feedlog ingest` asks the peers (gRPC,
+            # whose threads then run) before it decides to start Spark, and such a fork can lose the
+            # child before it execs: "Java gateway process exited" (seen once in CI). Once more;
+            # a JVM that cannot start fails the second time too, and that error is raised.
+            condition = getattr(e, "getCondition", lambda: None)()
+            if condition != "JAVA_GATEWAY_EXITED" or attempt + 1 == GATEWAY_ATTEMPTS:
+                raise
+        finally:
+            os.close(write_end)  # the JVM holds its own copy; ours would keep the pipe open after it exits
     SparkContext(conf=conf, gateway=gateway)
     return True
 

@@ -78,3 +78,45 @@ def test_archives_of_a_pyspark_folder_that_is_gone_are_pruned(tmp_path: Path) ->
         "spark-4-unreadable.jsa",
     ]
     assert not (tmp_path / "spark-4-gone.json").exists()
+
+
+def test_a_jvm_launch_lost_once_is_tried_again_and_a_second_loss_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_start_jvm` with PySpark's launcher and context faked (no JVM): the launch that PySpark reports as
+    JAVA_GATEWAY_EXITED is retried once; another error, or the second such loss, is the caller's."""
+    import pyspark
+    from pyspark import java_gateway
+    from pyspark.errors import PySparkRuntimeError
+
+    from feedlog.lake import GATEWAY_ATTEMPTS, _start_jvm
+
+    made: list[object] = []
+
+    class FakeContext:
+        _gateway = None
+
+        def __init__(self, conf: object, gateway: object) -> None:
+            made.append(gateway)
+
+    def launcher(outcomes: list[object]) -> object:
+        def launch(conf: object, popen_kwargs: dict[str, object]) -> object:
+            outcome = outcomes.pop(0)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+        return launch
+
+    def lost() -> PySparkRuntimeError:
+        return PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(pyspark, "SparkContext", FakeContext)
+    monkeypatch.setattr(java_gateway, "launch_gateway", launcher([lost(), "gateway"]))
+    assert _start_jvm("local[1]", "t", {}) and made == ["gateway"]
+    monkeypatch.setattr(java_gateway, "launch_gateway", launcher([lost() for _ in range(GATEWAY_ATTEMPTS)]))
+    with pytest.raises(PySparkRuntimeError):
+        _start_jvm("local[1]", "t", {})
+    monkeypatch.setattr(java_gateway, "launch_gateway", launcher([OSError("no java"), "gateway"]))
+    with pytest.raises(OSError, match="no java"):  # not a lost launch: not retried
+        _start_jvm("local[1]", "t", {})
+    assert made == ["gateway"]
