@@ -6,8 +6,11 @@ say each feed stopped (the Delta log, read by this library); a table of another
 schema is refused here too. A caller with nothing new to land need not start
 Spark at all (`nothing_new`).
 
-Batch: one Spark job over exactly the planned range (`feedlog` source ->
-`feedlog-delta` sink): one commit, exactly once.
+Batch: one Spark job over exactly the planned range, one commit, exactly once:
+`land.land`, whose tasks read, verify and write their Parquet files in the Python
+workers (the rows never cross into the JVM and back, which cost as much as Spark's
+whole Parquet write), the `feedlog-delta` sink's checks, files and commit; or the
+same tasks in this process without Spark (`land.land_here`).
 Streaming: the same pair as a structured-streaming query with a checkpoint
 (default `<table>/_feedlog/checkpoints/<sources hash>`), micro-batches until
 stopped, or until caught up with `available_now`.
@@ -35,6 +38,7 @@ from .. import errors
 from ..delta import TableNotFound
 from ..delta.schema import conform
 from .feeds import FeedSource, parse_sources
+from .land import land, land_here
 from .rows import SCHEMA
 from .sink import FORMAT as SINK
 from .sink import STATE_DIR, STORAGE_PREFIX, app_id, is_url, open_table, table_location
@@ -207,13 +211,10 @@ def ingest_batch(
     }
     sink_options = _sink_options(owner, token, storage_options, job)
     if spark is None:
-        from .land import land_here
-
         land_here(read_options, table, sink_options, tasks)
     else:
         with spark_job(), watching(spark, tasks):
-            df = spark.read.format(SOURCE).options(**read_options).load()
-            df.write.format(SINK).options(**sink_options).mode("append").save(table)
+            land(spark, read_options, table, sink_options)
     seconds = time.monotonic() - t0
     t = open_table(table, token, owner, storage_options)
     done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans)

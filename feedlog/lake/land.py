@@ -15,7 +15,13 @@ writer's (rows to Arrow), two conversions that cost as much as Spark's whole Par
 block, builds the Arrow batches and writes the Parquet files in one process, and returns only
 the files' `add` actions; the driver commits them as the sink's commit does (one txn claim per
 feed: exactly once). A task that fails with a feedlog error returns it rather than failing the
-job, so the driver still holds the other tasks' files: it deletes them and raises that error.
+job, so the driver still holds the other tasks' files: it deletes them and raises that error, as
+it does when its commit fails. A task that fails otherwise is Spark's to retry; a job that fails
+for good that way (a worker lost more often than Spark retries) leaves the files of the tasks that
+had finished unreferenced, as a killed driver does: no reader sees them, and vacuum removes them.
+
+`feedlog ingest` runs its Spark jobs this way (`ingest.ingest_batch`); streaming goes through the
+source and the sink.
 """
 
 from __future__ import annotations
@@ -48,7 +54,11 @@ def land(
     if failed:
         config.abort(written)
         raise failed[0]
-    return config.commit(written)
+    try:
+        return config.commit(written)
+    except BaseException:
+        config.abort(written)  # keeps any file a commit (or a staged one the owner may ratify) holds
+        raise
 
 
 def land_here(

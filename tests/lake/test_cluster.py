@@ -3,13 +3,14 @@
 `local-cluster[2,1,1024]` starts two executor JVMs, each with its own Python workers, that share
 nothing with the driver but the network: they read the feeds from a peer over gRPC and write the
 data files to moto's S3 server (tests/delta/s3.py) with the storage options the job hands them.
-The committing worker commits through a commit owner served over gRPC, which reaches the bucket
-with credentials of its own. Three things are killed on the way, and every entry still lands
-exactly once (the rerun after them lands in the command's own process, without Spark):
+The driver (the `feedlog ingest` process: `land` keeps the rows in the executors' Python workers)
+commits through a commit owner served over gRPC, which reaches the bucket with credentials of its
+own. Three things are killed on the way, and every entry still lands exactly once (the rerun after
+them lands in the command's own process, without Spark):
 
 1. the driver (the whole `feedlog ingest` process group) while executors have written files;
 2. one executor JVM while its task stands at the same step (Spark reruns the task elsewhere);
-3. the committing worker just before its commit.
+3. the driver again, once every task is done, just before its commit.
 
 Each job is its own process (one SparkContext per JVM), so this does not use the suite's shared
 local session. A fail point holds every executor task after its files are written (`wait`, released
@@ -166,7 +167,7 @@ def test_ingest_on_a_cluster_into_s3_lands_every_entry_once_across_killed_driver
     proc.wait(timeout=30)
     assert rows() == []  # the table was created; nothing was committed
 
-    # 2. one executor dies holding its task; the task reruns elsewhere; 3. the committer dies
+    # 2. one executor dies holding its task; the task reruns elsewhere; 3. the driver dies before committing
     gate = tmp_path / "gate-2"
     env = {"FEEDLOG_FAILPOINTS": "sink.written=wait,sink.before_commit=exit", GATE_ENV: str(gate)}
     before = set(data_files(s3_server, prefix))

@@ -268,28 +268,37 @@ def test_two_ingest_jobs_write_one_table_concurrently(tmp_path: Path, owner: Own
     assert audit_table(str(table), [KEY_A.public_key, KEY_B.public_key]).ok
 
 
-def test_a_job_killed_mid_batch_lands_every_entry_once_on_rerun(spark, spark_failpoints, tmp_path: Path) -> None:
-    """The committing worker dies before its commit, then (next run) right after it; each rerun
-    lands what is missing, exactly once. The last rerun lands without Spark: either kind of job
-    picks up where the other stopped. (The jobs run on the suite's session, fail points armed per
-    job; the cluster test kills the same worker under `feedlog ingest`, and test_cli_lake checks
-    what the command prints when a job fails.)"""
+def test_a_job_failing_around_its_commit_lands_every_entry_once_on_rerun(
+    spark: Any, spark_failpoints: Any, tmp_path: Path
+) -> None:
+    """The job's tasks write their files in Spark's workers and the driver (here, this process)
+    commits them. Its commit fails before, then right after, it is made; each rerun lands what is
+    missing, exactly once. A task that dies outright is retried or fails the job. The last rerun
+    lands without Spark: either kind of job picks up where the other stopped. (The cluster test
+    kills the driver and an executor under `feedlog ingest`; test_cli_lake checks what the command
+    prints when a task fails.)"""
     feed = make_feed(tmp_path / "feed", 500, batch=100)
     table = tmp_path / "table"
     source = [str(tmp_path / "feed")]
-
-    spark_failpoints("sink.before_commit=exit")  # files written by executors, never committed
+    try:
+        failpoints.arm("sink.before_commit=error")  # files written by the tasks, never committed
+        with pytest.raises(Unavailable, match=r"sink\.before_commit"):
+            ingest_batch(spark, source, str(table), progress=quiet)
+        assert seqs(table) == []
+        assert not list(table.glob("*.parquet"))  # the failed commit's files are gone
+        failpoints.arm("sink.committed=error")  # committed, then the job failed: the files must stay
+        with pytest.raises(Unavailable, match=r"sink\.committed"):
+            ingest_batch(spark, source, str(table), progress=quiet)
+    finally:
+        failpoints.arm("")
+    assert seqs(table) == list(range(1, 501))
+    append(feed, 50)
+    spark_failpoints("sink.written=exit")  # the task's worker dies after writing its files
     with pytest.raises(FeedlogError, match=r"^the Spark job failed") as died:
         ingest_batch(spark, source, str(table), progress=quiet)
-    assert "Traceback" not in str(died.value)
-    assert seqs(table) == []
-    assert not list(table.glob("*.parquet"))  # the aborted job's files are gone
-    spark_failpoints("sink.committed=exit")  # committed, then the job failed: Spark aborts, the files must stay
-    with pytest.raises(FeedlogError, match=r"^the Spark job failed"):
-        ingest_batch(spark, source, str(table), progress=quiet)
-    assert seqs(table) == list(range(1, 501))
     spark_failpoints("")
-    append(feed, 50)
+    assert "Traceback" not in str(died.value)
+    assert seqs(table) == list(range(1, 501))
     feed.close()
     said: list[str] = []
     rerun = ingest_batch(None, source, str(table), progress=said.append)
