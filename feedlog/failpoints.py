@@ -1,14 +1,15 @@
 """Named fail points for crash tests (in the spirit of SlateDB's fail points).
 
 A process started with `FEEDLOG_FAILPOINTS="name=exit@3,other=error"` dies
-(`exit`: `os._exit(86)`, no cleanup, like a kill -9) or raises Unavailable
-(`error`) the n-th time (default the first) it passes `point(name)`; `wait`
-holds it there until the file `$FEEDLOG_FAILPOINT_GATE` exists (at most
-`WAIT_LIMIT` seconds), so a test can kill a process of its choice while every
-worker of a job stands at one step (e.g. Spark executors with their files written). The
-variable is read the first time any point is passed (or when `arm` is called),
-never at import. Unarmed, a point costs one dict lookup. Tests use it to kill
-real writer and owner processes at exact steps of a commit or a backfill.
+(`exit`: `os._exit(86)`, no cleanup, like a kill -9), raises Unavailable
+(`error`) or RuntimeError (`bug`: an error feedlog did not foresee) the n-th
+time (default the first) it passes `point(name)`; `wait` holds it there until
+the file `$FEEDLOG_FAILPOINT_GATE` exists (at most `WAIT_LIMIT` seconds), so a
+test can kill a process of its choice while every worker of a job stands at one
+step (e.g. Spark executors with their files written). The variable is read the
+first time any point is passed (or when `arm` is called), never at import.
+Unarmed, a point costs one dict lookup. Tests use it to kill real writer and
+owner processes at exact steps of a commit or a backfill.
 
 `FEEDLOG_FAILPOINTS=@PATH` takes the spec from the file PATH instead, read again
 whenever it is replaced (`arm_file`; each replacement resets every count; no file:
@@ -36,8 +37,8 @@ def _parse(text: str) -> dict[str, tuple[str, int]]:
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, _, spec = item.partition("=")
         action, _, nth = spec.partition("@")
-        if action not in ("exit", "error", "wait") or (nth and not nth.isdigit()):
-            raise InvalidArgument(f"bad {ENV} entry {item!r}: expected NAME=exit|error|wait[@N]")
+        if action not in ("exit", "error", "bug", "wait") or (nth and not nth.isdigit()):
+            raise InvalidArgument(f"bad {ENV} entry {item!r}: expected NAME=exit|error|bug|wait[@N]")
         out[name] = (action, int(nth or 1))
     return out
 
@@ -114,6 +115,8 @@ def point(name: str) -> None:
     if action == "wait":
         _wait_for_gate()
         return
+    if action == "bug":
+        raise RuntimeError(f"fail point {name} (injected)")
     raise Unavailable(f"fail point {name} (injected)")
 
 

@@ -46,3 +46,12 @@ def test_a_bad_spec_file_is_refused_at_the_next_point(tmp_path: Path) -> None:
     failpoints.arm_file(spec, "x=explode")
     with pytest.raises(InvalidArgument, match="x=explode"):
         failpoints.point("x")
+
+
+def test_a_bug_point_raises_an_error_feedlog_did_not_foresee() -> None:
+    failpoints.arm("x=bug@2")
+    failpoints.point("x")
+    with pytest.raises(RuntimeError, match=r"^fail point x \(injected\)$") as raised:
+        failpoints.point("x")
+    assert not isinstance(raised.value, Unavailable)  # not a FeedlogError: callers meet it as a bug
+    failpoints.point("x")

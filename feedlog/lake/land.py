@@ -14,11 +14,12 @@ writer's (rows to Arrow), two conversions that cost as much as Spark's whole Par
 (issue 17; tools/bench/bench_ingest.py). Here each task reads its seq range, verifies every
 block, builds the Arrow batches and writes the Parquet files in one process, and returns only
 the files' `add` actions; the driver commits them as the sink's commit does (one txn claim per
-feed: exactly once). A task that fails with a feedlog error returns it rather than failing the
-job, so the driver still holds the other tasks' files: it deletes them and raises that error, as
-it does when its commit fails. A task that fails otherwise is Spark's to retry; a job that fails
-for good that way (a worker lost more often than Spark retries) leaves the files of the tasks that
-had finished unreferenced, as a killed driver does: no reader sees them, and vacuum removes them.
+feed: exactly once). A task that fails returns its error rather than failing the job (a feedlog
+error as it is, any other wrapped in one, its traceback on the worker's stderr), so the driver
+still holds the other tasks' files: it deletes them and raises that error, as it does when its
+commit fails. A task whose worker dies is Spark's to retry; a job that fails for good that way (a
+worker lost more often than Spark retries) leaves the files of the tasks that had finished
+unreferenced, as a killed driver does: no reader sees them, and vacuum removes them.
 
 `feedlog ingest` runs its Spark jobs this way (`ingest.ingest_batch`); streaming goes through the
 source and the sink.
@@ -27,11 +28,14 @@ source and the sink.
 from __future__ import annotations
 
 import functools
+import sys
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from .. import failpoints
 from ..delta.transaction import CommitResult
 from ..errors import FeedlogError
 from .rows import SCHEMA
@@ -103,8 +107,18 @@ def _prepare(
 
 
 def _write_partition(feeds: list[SourceFeed], config: SinkConfig, part: FeedPartition) -> FilesWritten | FeedlogError:
-    """One task: its range read and verified, written as Parquet files (not yet in the table)."""
+    """One task: its range read and verified, written as Parquet files (not yet in the table), or
+    the error it failed with (its own files removed by `config.write`): the driver removes the
+    job's other files before raising it."""
     try:
+        failpoints.point("land.task")
         return config.write(read_partition(feeds, part))
-    except FeedlogError as e:  # the driver removes the job's other files before raising it
+    except FeedlogError as e:
         return e
+    except Exception as e:  # not foreseen: its traceback goes to the executor's log, its line to the user
+        traceback.print_exc(file=sys.stderr)
+        feed = feeds[part.index].source
+        return FeedlogError(
+            f"a task of the job (feed {feed.key_hex[:16]}..., seqs {part.start}..{part.end - 1}) failed: "
+            f"{type(e).__name__}: {e}"
+        )

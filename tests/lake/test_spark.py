@@ -461,6 +461,31 @@ def test_land_writes_in_the_tasks_what_the_dataframe_route_writes(spark, tmp_pat
     assert sorted(p.name for p in (tmp_path / "t1").glob("*.parquet")) == before
 
 
+def test_land_a_task_failing_unforeseen_leaves_no_file_and_no_commit(spark, spark_failpoints, tmp_path: Path) -> None:
+    """An error feedlog did not foresee in one task (a bug, a full disk) comes back as that task's
+    answer, not as a failed Spark job: the driver still holds the other tasks' files, deletes them
+    and raises one line naming the task. (A failed job would return no files to clean up.)"""
+    from feedlog.lake.land import land
+
+    make_feed(tmp_path / "feed", 500, batch=50).close()
+    read = {"feeds": str(tmp_path / "feed"), "maxEntriesPerPartition": "100"}
+    table = tmp_path / "t"
+    spark_failpoints("land.task=bug")  # each worker process's first task fails; the others write files
+    try:
+        with pytest.raises(
+            FeedlogError,
+            match=r"^a task of the job \(feed [0-9a-f]{16}\.\.\., seqs \d+\.\.\d+\) "
+            r"failed: RuntimeError: fail point land\.task \(injected\)$",
+        ):
+            land(spark, read, str(table), {})
+    finally:
+        spark_failpoints("")
+    assert DeltaTable.open(table).version() == 0  # created, nothing committed
+    assert not list(table.glob("*.parquet"))
+    assert land(spark, read, str(table), {}).version == 1  # type: ignore[union-attr]
+    assert seqs(table) == list(range(1, 501))
+
+
 def test_a_task_fed_many_arrow_batches_lands_every_row_and_the_newest_signed_state(spark, tmp_path: Path) -> None:
     # ROW_BOUNDED_BATCHES, set for this job only (SQL settings): batches of 1,000 rows, no byte bound
     with sql_settings(spark, ROW_BOUNDED_BATCHES):
