@@ -11,13 +11,14 @@ trusted owner).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import Corruption, FeedlogError, NotFound, Unavailable
@@ -26,7 +27,7 @@ from .actions import MANAGED_COMMITS, Action, Add, Metadata, Protocol, Remove, d
 from .committer import LOG_DIR, commit_path
 from .managed.protocol import OwnerNotConsulted
 from .replay import TableState, foreign_owner
-from .storage import FileInfo, LocalStorage, Storage
+from .storage import FileInfo, LocalStorage, Storage, read_many
 
 _COMMIT = re.compile(r"(\d{20})\.json")
 _CLASSIC = re.compile(r"(\d{20})\.checkpoint\.parquet")
@@ -281,13 +282,48 @@ def read_commit(storage: Storage, listing: Listing, version: int, ict_only: bool
     if info is None:
         raise NotFound(f"commit {version} is not in the log of {storage.location}")
     try:
-        data = storage.read(info.path)
-    except NotFound:
-        try:  # a ratified commit is backfilled, then its staged file cleaned up: read the backfilled copy
+        data: bytes | FeedlogError = storage.read(info.path)
+    except NotFound as e:
+        data = e
+    return _decoded(storage, version, data, ict_only)
+
+
+def _decoded(storage: Storage, version: int, data: bytes | FeedlogError, ict_only: bool) -> list[Action]:
+    """A commit read as `data` (or the error its read met), decoded; a staged file gone is read again
+    from the log: a ratified commit is backfilled, then its staged file cleaned up."""
+    if isinstance(data, NotFound):
+        try:
             data = storage.read(commit_path(version))
         except NotFound:
             raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
+    elif isinstance(data, FeedlogError):
+        raise data
     return decode_commit(data, version, ict_only)
+
+
+#: commit files a replay reads at once (`storage.read_many`): a local directory opened once for
+#: them all, an object store's reads in flight together
+READ_CHUNK = 256
+
+
+def read_commits(
+    storage: Storage,
+    commits: Mapping[int, FileInfo],
+    versions: Sequence[int],
+    last: int | None = None,
+    chunk: int = READ_CHUNK,
+) -> Iterator[tuple[int, list[Action]]]:
+    """`read_commit` of each version in the order given, read `chunk` at a time; the commitInfo of
+    each below `last` holds its in-commit timestamp only (replay needs no more of them). A version
+    missing from `commits` is a gap: Corruption, once the versions before it are yielded."""
+    for i in range(0, len(versions), chunk):
+        wanted = versions[i : i + chunk]
+        found = list(itertools.takewhile(lambda v: v in commits, wanted))
+        for v, data in zip(found, read_many(storage, [commits[v].path for v in found]), strict=True):
+            yield v, _decoded(storage, v, data, last is not None and v < last)
+        if len(found) < len(wanted):
+            missing = wanted[len(found)]
+            raise Corruption(f"commit {missing} is missing from {storage.location}/{LOG_DIR}: the log has a gap")
 
 
 #: newest commits searched for the protocol and metadata before a table without checkpoints is
@@ -311,21 +347,22 @@ def load_protocol_metadata(storage: Storage, listing: Listing) -> tuple[Protocol
         and listing.first_missing_commit(-1, listing.latest) is None
         else -1
     )
-    for v in range(listing.latest, newest_cp, -1):
-        if v not in listing.commits:
-            break
-        if v <= replay_below:
-            state = load_state(storage, listing)
-            _remember(storage, state)
-            assert state.protocol is not None and state.metadata is not None
-            return state.protocol, state.metadata
-        for a in read_commit(storage, listing, v):
+    # the newest commits down to the first gap, read `_TAIL_SCAN` at a time (on an object store,
+    # those reads in flight together) until both are found
+    run = list(itertools.takewhile(lambda v: v in listing.commits, range(listing.latest, newest_cp, -1)))
+    for _, actions in read_commits(storage, listing.commits, [v for v in run if v > replay_below], chunk=_TAIL_SCAN):
+        for a in actions:
             if protocol is None and isinstance(a, Protocol):
                 protocol = a
             elif metadata is None and isinstance(a, Metadata):
                 metadata = a
         if protocol is not None and metadata is not None:
             return _complete(protocol, metadata, listing.latest)
+    if run and run[-1] <= replay_below:
+        state = load_state(storage, listing)
+        _remember(storage, state)
+        assert state.protocol is not None and state.metadata is not None
+        return state.protocol, state.metadata
     if newest_cp >= 0 and listing.first_missing_commit(newest_cp, listing.latest) is None:
         cp_protocol, cp_metadata = _checkpoint_protocol_metadata(storage, listing, newest_cp)
         return _complete(protocol or cp_protocol, metadata or cp_metadata, listing.latest)
@@ -405,11 +442,9 @@ def load_state(storage: Storage, listing: Listing, version: int | None = None) -
         # Checkpoints drop commitInfo; the commit file at the checkpoint's version carries its ICT.
         if start in listing.commits:
             state.set_checkpoint_commit_info(TableState.commit_info_of(read_commit(storage, listing, start)))
-    for v in range(start + 1, target + 1):
-        if v not in listing.commits:
-            raise Corruption(f"commit {v} is missing from {storage.location}/{LOG_DIR}: the log has a gap")
-        # only the last commit's commitInfo stays in the state: the others' ICTs are all replay needs
-        state.apply(v, read_commit(storage, listing, v, ict_only=v < target))
+    # only the last commit's commitInfo stays in the state: the others' ICTs are all replay needs
+    for v, actions in read_commits(storage, listing.commits, range(start + 1, target + 1), last=target):
+        state.apply(v, actions)
     state.check_complete()
     _warn_foreign_owner(state)
     return state
@@ -484,9 +519,8 @@ def _remembered(storage: Storage) -> TableState | None:
                 del _STATES[storage.location]
         return None
     state = cached.copy()
-    partial = Listing(newer, {})
-    for v in versions:
-        state.apply(v, read_commit(storage, partial, v, ict_only=v < versions[-1]))
+    for v, actions in read_commits(storage, newer, versions, last=versions[-1] if versions else None):
+        state.apply(v, actions)
     state.check_complete()
     _warn_foreign_owner(state)
     if versions:
@@ -509,9 +543,8 @@ def load_latest(storage: Storage, ratified: Ratified) -> TableState:
     if versions != list(range(state.version + 1, state.version + 1 + len(versions))):
         # the owner backfilled and forgot commits since the listing: list_table lists again
         return load_state(storage, list_table(storage, ratified))
-    partial = Listing(dict(pending), {})
-    for v in versions:
-        state.apply(v, read_commit(storage, partial, v))
+    for v, actions in read_commits(storage, dict(pending), versions):
+        state.apply(v, actions)
     state.check_complete()
     return state
 
@@ -537,9 +570,7 @@ def catch_up(
             return None
         if versions:
             current = current.copy() if current is state else current
-            partial = Listing(newer, {})
-            for v in versions:
-                actions = read_commit(storage, partial, v)
+            for v, actions in read_commits(storage, newer, versions):
                 if check is not None:
                     check(v, actions)
                 current.apply(v, actions)

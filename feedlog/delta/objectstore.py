@@ -26,11 +26,13 @@ delta-rs reads and object_store does not, is refused as an option rather than si
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
@@ -239,6 +241,22 @@ _CONDITIONAL_PUT: dict[tuple[str, str, tuple[tuple[str, str], ...]], bool] = {}
 _PROBE_LOCK = threading.Lock()
 
 
+#: object-store reads in flight at once in one `ObjectStorage.read_many` (obstore waits for the
+#: store without holding the GIL)
+READ_PARALLEL = 16
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    """The process's pool of readers, made anew in a forked child (whose copy has no threads)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(READ_PARALLEL, thread_name_prefix="feedlog-store-read"))
+        return _pool[1]
+
+
 class ObjectStorage:
     """A table under a URL on an object store, through obstore (module docstring)."""
 
@@ -374,6 +392,20 @@ class ObjectStorage:
     def read(self, path: str) -> bytes:
         with self._errors("read", path):
             return bytes(obstore.get(self.store, path).bytes())
+
+    def read_many(self, paths: Sequence[str]) -> builtins.list[bytes | FeedlogError]:
+        """`read` of each path, in order, a failure in its place; up to `READ_PARALLEL` reads in flight
+        at once (a log replay reads its commit files one round trip each: ten commits after a
+        checkpoint cost ten round trips one after another)."""
+        if len(paths) < 2:
+            return [self._read_or_error(p) for p in paths]
+        return list(_read_pool().map(self._read_or_error, paths))
+
+    def _read_or_error(self, path: str) -> bytes | FeedlogError:
+        try:
+            return self.read(path)
+        except FeedlogError as e:
+            return e
 
     def read_bounded(self, path: str, limit: int) -> bytes:
         """The object, or InvalidArgument if it is larger than `limit` bytes: the size comes with the

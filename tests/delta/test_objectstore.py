@@ -320,3 +320,78 @@ def test_an_append_refused_for_want_of_conditional_put_leaves_no_data_file(s3_se
         no_cp.append(rows(10, 3))
     assert ObjectStorage(url, s3_server.options).list("") == before  # the refused write's file is gone
     assert DeltaTable.open(url, storage_options=s3_server.options).version() == 1
+
+
+#: an HTTP server that holds each GET until another is in flight too (at most HOLD_S), and then
+#: serves the file; `/max-in-flight` tells how many it ever held at once
+HOLDING_SERVER = """
+import functools, http.server, sys, threading, time
+lock, cond = threading.Lock(), threading.Condition(threading.Lock())
+state = {"now": 0, "max": 0}
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/max-in-flight":
+            body = str(state["max"]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        with cond:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+            cond.notify_all()
+            cond.wait_for(lambda: state["now"] >= 2, timeout=float(sys.argv[3]))
+        try:
+            super().do_GET()
+        finally:
+            with cond:
+                state["now"] -= 1
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer
+server.request_queue_size = 64
+server(("127.0.0.1", int(sys.argv[1])), functools.partial(Handler, directory=sys.argv[2])).serve_forever()
+"""
+
+
+def test_read_many_on_an_object_store_has_its_reads_in_flight_together(tmp_path) -> None:
+    """A log replay reads its commits one round trip each: `ObjectStorage.read_many` sends them
+    together (obstore waits for the store without the GIL). The server holds each request until a
+    second one arrives (or 2 s pass), so reads sent one after another would each wait it out."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    from obstore.store import HTTPStore
+
+    from feedlog.delta.storage import read_many
+
+    served = tmp_path / "served"
+    (served / "_delta_log").mkdir(parents=True)
+    for v in range(8):
+        (served / "_delta_log" / f"{v:020d}.json").write_bytes(b'{"v":%d}\n' % v)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", HOLDING_SERVER, str(port), str(served), "2"])
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        for _ in range(100):  # up within 10 s
+            try:
+                urllib.request.urlopen(endpoint + "/max-in-flight", timeout=1).read()
+                break
+            except OSError:
+                threading.Event().wait(0.1)
+        store = HTTPStore.from_url(endpoint + "/", client_options={"allow_http": True})
+        storage = ObjectStorage("http://127.0.0.1/served", store=store)
+        paths = [f"_delta_log/{v:020d}.json" for v in range(8)] + ["_delta_log/missing.json"]
+        got = read_many(storage, paths)
+        assert got[:8] == [b'{"v":%d}\n' % v for v in range(8)]
+        assert isinstance(got[8], NotFound)
+        held = int(urllib.request.urlopen(endpoint + "/max-in-flight", timeout=5).read())
+        assert held >= 2, "the reads went one after another"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

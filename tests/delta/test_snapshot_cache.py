@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -15,6 +15,7 @@ from feedlog.delta import DeltaTable, LocalStorage
 from feedlog.delta import checkpoint as delta_checkpoint
 from feedlog.delta import log as delta_log
 from feedlog.delta.log import list_log, load_state
+from feedlog.errors import FeedlogError
 
 from .conftest import rows
 
@@ -38,6 +39,24 @@ def cached(path: object) -> dict[str, object]:
     return {"version": s.version, "files": dict(s.state.files), "metadata": s.metadata, "txns": s.state.txns}
 
 
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every path LocalStorage reads from now on (one at a time or many at once), the real reads done."""
+    reads: list[str] = []
+    read, read_many = LocalStorage.read, LocalStorage.read_many
+
+    def counting(self: LocalStorage, p: str) -> bytes:
+        reads.append(p)
+        return read(self, p)
+
+    def counting_many(self: LocalStorage, ps: Sequence[str]) -> list[bytes | FeedlogError]:
+        reads.extend(ps)
+        return read_many(self, ps)
+
+    monkeypatch.setattr(LocalStorage, "read", counting)
+    monkeypatch.setattr(LocalStorage, "read_many", counting_many)
+    return reads
+
+
 def test_a_table_read_again_is_extended_by_the_commits_since(
     new_table: Callable[..., DeltaTable], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -46,17 +65,10 @@ def test_a_table_read_again_is_extended_by_the_commits_since(
     t.append(rows(0, 5))
     assert cached(path) == fresh(path)
     assert path in delta_log._STATES
-    reads: list[str] = []
-    storage_read = LocalStorage.read
-
-    def counting(self: LocalStorage, p: str) -> bytes:
-        reads.append(p)
-        return storage_read(self, p)
-
     writer = DeltaTable(path)
     writer.append(rows(5, 5), txn=("app", 1))
     writer.append(rows(10, 5))
-    monkeypatch.setattr(LocalStorage, "read", counting)  # the real read, counted
+    reads = counted_reads(monkeypatch)
     again = cached(path)
     monkeypatch.undo()
     assert again == fresh(path) and again["version"] == 3
@@ -165,14 +177,7 @@ def test_a_table_without_checkpoints_is_read_once_by_open_and_snapshot(
     for i in range(n):
         t.append(rows(i, 2), txn=("app", i))
     delta_log.forget_states()
-    reads: list[str] = []
-    storage_read = LocalStorage.read
-
-    def counting(self: LocalStorage, p: str) -> bytes:
-        reads.append(p)
-        return storage_read(self, p)
-
-    monkeypatch.setattr(LocalStorage, "read", counting)  # the real read, counted
+    reads = counted_reads(monkeypatch)
     s = DeltaTable.open(path).snapshot()
     monkeypatch.undo()
     got = {"version": s.version, "files": dict(s.state.files), "metadata": s.metadata, "txns": s.state.txns}

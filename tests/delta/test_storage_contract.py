@@ -22,7 +22,7 @@ from feedlog.delta import DeltaTable, Storage
 from feedlog.delta.log import list_log
 from feedlog.delta.maintenance import DAY_MS
 from feedlog.delta.objectstore import ObjectStorage
-from feedlog.delta.storage import LocalStorage, MemoryStorage
+from feedlog.delta.storage import LocalStorage, MemoryStorage, read_many
 from feedlog.errors import NotFound
 
 from .conftest import SCHEMA, T0, counter_ids, rows, sorted_rows
@@ -104,6 +104,40 @@ def test_read_returns_exactly_the_bytes_written(storage: Storage) -> None:
     assert storage.read("bin") == every_byte
     assert storage.read("empty") == b""
     assert storage.read("a/b/c/deep.json") == b"{}\n"
+
+
+def test_read_many_is_each_read_in_order_with_each_failure_in_its_place(storage: Storage) -> None:
+    """`read_many` (a storage's own, or one read after another): the bytes `read` returns, in the
+    order asked, a NotFound where `read` would raise one, nothing raised for the others; files
+    larger than a local read's first chunk, several directories, the same path twice."""
+    files = {
+        "_delta_log/00000000000000000001.json": b'{"commitInfo":{}}\n',
+        "_delta_log/00000000000000000002.json": bytes(range(256)) * 1000,  # 256,000 bytes
+        "_delta_log/_commits/00000000000000000003.0.json": b"",
+        "top": b"x" * 65_536,  # exactly one first read: the next read finds the end
+    }
+    for path, data in files.items():
+        assert storage.put_if_absent(path, data)
+    asked = [
+        "_delta_log/00000000000000000002.json",
+        "_delta_log/00000000000000000009.json",
+        "top",
+        "no/such/dir/file",
+        "_delta_log/_commits/00000000000000000003.0.json",
+        "top/child",
+        "_delta_log/00000000000000000001.json",
+        "_delta_log/00000000000000000002.json",
+    ]
+    got = read_many(storage, asked)
+    assert len(got) == len(asked)
+    for path, result in zip(asked, got, strict=True):
+        if path in files:
+            assert result == files[path], path
+        else:
+            assert isinstance(result, NotFound), (path, result)
+            with pytest.raises(NotFound):
+                storage.read(path)
+    assert read_many(storage, []) == []
 
 
 def test_stat_matches_list(storage: Storage) -> None:

@@ -1,0 +1,66 @@
+"""`log.read_commits`: a replay's commit files read many at a time (`storage.read_many`), decoded in
+order, with a gap and a staged file cleaned up meanwhile handled as one commit at a time would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from feedlog.delta.actions import CommitInfo
+from feedlog.delta.committer import commit_path
+from feedlog.delta.log import read_commits
+from feedlog.delta.storage import FileInfo, LocalStorage, MemoryStorage, Storage
+from feedlog.errors import Corruption, NotFound
+
+
+def commit(version: int) -> bytes:
+    return (
+        json.dumps({"commitInfo": {"timestamp": version, "inCommitTimestamp": 1000 + version, "op": "x"}}) + "\n"
+    ).encode()
+
+
+def log_of(storage: Storage, versions: range) -> dict[int, FileInfo]:
+    for v in versions:
+        assert storage.put_if_absent(commit_path(v), commit(v))
+    return {v: FileInfo(commit_path(v), None, None) for v in versions}
+
+
+@pytest.fixture(params=["local", "memory"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
+    return LocalStorage(tmp_path / "t") if request.param == "local" else MemoryStorage("reads")
+
+
+def test_versions_across_chunks_come_in_order_the_last_with_its_whole_commit_info(storage: Storage) -> None:
+    commits = log_of(storage, range(0, 23))
+    got = list(read_commits(storage, commits, range(3, 23), last=22, chunk=4))
+    assert [v for v, _ in got] == list(range(3, 23))
+    infos = [actions[0] for _, actions in got]
+    assert all(isinstance(i, CommitInfo) for i in infos)
+    assert [i.in_commit_timestamp for i in infos] == [1000 + v for v in range(3, 23)]  # type: ignore[union-attr]
+    # before `last`, the in-commit timestamp alone; the last keeps everything
+    assert all(i.extra == {} for i in infos[:-1]), infos[0]  # type: ignore[union-attr]
+    assert infos[-1].extra.get("op") == "x"  # type: ignore[union-attr]
+    newest_first = [v for v, _ in read_commits(storage, commits, range(22, 9, -1), chunk=5)]
+    assert newest_first == list(range(22, 9, -1))
+
+
+def test_a_gap_is_corruption_after_every_version_before_it(storage: Storage) -> None:
+    commits = log_of(storage, range(0, 12))
+    del commits[9]
+    seen = []
+    with pytest.raises(Corruption, match=r"^commit 9 is missing from .* the log has a gap$"):
+        for v, _ in read_commits(storage, commits, range(0, 12), chunk=4):
+            seen.append(v)
+    assert seen == list(range(0, 9))
+
+
+def test_a_staged_commit_cleaned_up_after_its_backfill_is_read_from_the_log(storage: Storage) -> None:
+    commits = log_of(storage, range(0, 3))
+    staged = {v: FileInfo(f"_delta_log/_commits/{v:020d}.gone.json", None, None) for v in (1, 2)}
+    got = dict(read_commits(storage, {**commits, **staged}, range(0, 3)))
+    assert [a.in_commit_timestamp for v in range(3) for a in got[v]] == [1000, 1001, 1002]  # type: ignore[union-attr]
+    storage.delete(commit_path(2))
+    with pytest.raises(NotFound, match=r"^commit 2 disappeared while reading"):
+        list(read_commits(storage, {**commits, **staged}, range(0, 3)))
