@@ -16,6 +16,10 @@ implementation must keep (the storage contract suite checks them):
 - `write_atomic(path, data)` replaces the file all at once (readers see old or new, never a mix).
 - `delete(path)` removes the file; deleting a missing file is not an error.
 - `stat(path)` returns the file's size and modification time (ms) or raises NotFound.
+- `read_many(paths)`, optional, is `read` of each path in order with each failure (a FeedlogError)
+  returned in its place; the module's `read_many(storage, paths)` uses it where a storage has it
+  (a log replay's commit files: a local directory opened once, an object store's reads in flight
+  together) and reads one path after another where not.
 
 `LocalStorage` keeps a table in a directory; `MemoryStorage` keeps one in memory, for
 protocol tests that need no disk; `objectstore.ObjectStorage` keeps one on an object store (S3,

@@ -12,14 +12,14 @@ O(log n) commit files; file times come from the one directory listing.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..errors import Corruption, NotFound, Unavailable
 from .actions import CommitInfo, decode_commit, to_json
 from .committer import commit_path
-from .log import Listing, read_commit
+from .log import Listing, read_commit, read_commits
 from .replay import IctEnablement, TableState
 from .storage import Storage
 
@@ -63,6 +63,12 @@ class Timeline:
             self._infos[version] = next((a for a in actions if isinstance(a, CommitInfo)), None)
         return self._infos[version]
 
+    def _read_infos(self, versions: Sequence[int]) -> None:
+        """The commitInfo of each of `versions` not read yet, the files read many at a time."""
+        todo = [v for v in versions if v not in self._infos and v in self.listing.commits]
+        for v, actions in read_commits(self.storage, self.listing.commits, todo):
+            self._infos[v] = next((a for a in actions if isinstance(a, CommitInfo)), None)
+
     def _uses_ict(self, version: int) -> bool:
         return self.enablement is not None and version >= self.enablement.version
 
@@ -102,6 +108,7 @@ class Timeline:
         versions = sorted(self.listing.commits, reverse=True)
         if limit is not None:
             versions = versions[:limit]
+        self._read_infos(versions)
         out: list[HistoryEntry] = []
         for v in versions:
             info = self._commit_info(v)
