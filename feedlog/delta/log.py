@@ -285,10 +285,10 @@ def read_commit(storage: Storage, listing: Listing, version: int, ict_only: bool
         data: bytes | FeedlogError = storage.read(info.path)
     except NotFound as e:
         data = e
-    return _decoded(storage, version, data, ict_only)
+    return decoded_commit(storage, version, data, ict_only)
 
 
-def _decoded(storage: Storage, version: int, data: bytes | FeedlogError, ict_only: bool) -> list[Action]:
+def decoded_commit(storage: Storage, version: int, data: bytes | FeedlogError, ict_only: bool = False) -> list[Action]:
     """A commit read as `data` (or the error its read met), decoded; a staged file gone is read again
     from the log: a ratified commit is backfilled, then its staged file cleaned up."""
     if isinstance(data, NotFound):
@@ -301,9 +301,13 @@ def _decoded(storage: Storage, version: int, data: bytes | FeedlogError, ict_onl
     return decode_commit(data, version, ict_only)
 
 
-#: commit files a replay reads at once (`storage.read_many`): a local directory opened once for
-#: them all, an object store's reads in flight together
+#: most commit files a replay reads at once (`storage.read_many`: a local directory opened once for
+#: them all, an object store's reads in flight together), and about how many bytes of them it may
+#: hold: after a chunk whose largest file was big, the next chunk is smaller (down to one file)
 READ_CHUNK = 256
+READ_CHUNK_BYTES = 32 << 20
+#: the first chunk: a search that stops at the newest commits reads few in vain
+FIRST_CHUNK = 16
 
 
 def read_commits(
@@ -313,17 +317,29 @@ def read_commits(
     last: int | None = None,
     chunk: int = READ_CHUNK,
 ) -> Iterator[tuple[int, list[Action]]]:
-    """`read_commit` of each version in the order given, read `chunk` at a time; the commitInfo of
-    each below `last` holds its in-commit timestamp only (replay needs no more of them). A version
-    missing from `commits` is a gap: Corruption, once the versions before it are yielded."""
-    for i in range(0, len(versions), chunk):
-        wanted = versions[i : i + chunk]
+    """`read_commit` of each version in the order given, read up to `chunk` at a time (fewer while
+    commits are large); the commitInfo of each below `last` holds its in-commit timestamp only
+    (replay needs no more of them). Each is decoded in turn, so an error reading a later version
+    never pre-empts an earlier one's. A version missing from `commits` is a gap: Corruption, once
+    the versions before it are yielded."""
+    i, size = 0, min(chunk, FIRST_CHUNK)
+    while i < len(versions):
+        wanted = versions[i : i + size]
         found = list(itertools.takewhile(lambda v: v in commits, wanted))
-        for v, data in zip(found, read_many(storage, [commits[v].path for v in found]), strict=True):
-            yield v, _decoded(storage, v, data, last is not None and v < last)
+        got = read_many(storage, [commits[v].path for v in found])
+        largest = max((len(d) for d in got if isinstance(d, bytes)), default=0)
+        for v, data in zip(found, got, strict=True):
+            yield v, decoded_commit(storage, v, data, last is not None and v < last)
         if len(found) < len(wanted):
             missing = wanted[len(found)]
             raise Corruption(f"commit {missing} is missing from {storage.location}/{LOG_DIR}: the log has a gap")
+        i += len(wanted)
+        size = next_chunk(largest, chunk)
+
+
+def next_chunk(largest: int, chunk: int = READ_CHUNK) -> int:
+    """How many commit files to read at once next, after a chunk whose largest file had `largest` bytes."""
+    return max(1, min(chunk, READ_CHUNK_BYTES // max(largest, 1)))
 
 
 #: newest commits searched for the protocol and metadata before a table without checkpoints is

@@ -241,8 +241,8 @@ _CONDITIONAL_PUT: dict[tuple[str, str, tuple[tuple[str, str], ...]], bool] = {}
 _PROBE_LOCK = threading.Lock()
 
 
-#: object-store reads in flight at once in one `ObjectStorage.read_many` (obstore waits for the
-#: store without holding the GIL)
+#: object-store reads in flight at once in the process (`ObjectStorage.read_many`'s pool; obstore
+#: waits for the store without holding the GIL)
 READ_PARALLEL = 16
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
@@ -255,6 +255,16 @@ def _read_pool() -> ThreadPoolExecutor:
         if _pool is None or _pool[0] != os.getpid():
             _pool = (os.getpid(), ThreadPoolExecutor(READ_PARALLEL, thread_name_prefix="feedlog-store-read"))
         return _pool[1]
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child starts with no pool and a free lock (the parent's threads are not in it, and
+    a fork while another thread held the lock would leave it held forever)."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 class ObjectStorage:
@@ -399,7 +409,10 @@ class ObjectStorage:
         checkpoint cost ten round trips one after another)."""
         if len(paths) < 2:
             return [self._read_or_error(p) for p in paths]
-        return list(_read_pool().map(self._read_or_error, paths))
+        try:
+            return list(_read_pool().map(self._read_or_error, paths))
+        except RuntimeError:  # the interpreter is shutting down: no new threads, so one after another
+            return [self._read_or_error(p) for p in paths]
 
     def _read_or_error(self, path: str) -> bytes | FeedlogError:
         try:

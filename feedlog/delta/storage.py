@@ -75,9 +75,8 @@ def read_many(storage: Storage, paths: Sequence[str]) -> list[bytes | FeedlogErr
     """`storage.read` of each path, in order, each failure (a FeedlogError) in its place: through the
     storage's own `read_many` where it has one (a local directory opened once, an object store's
     reads in parallel), else one read after another."""
-    many = getattr(storage, "read_many", None)
-    if many is not None:
-        return list(many(paths))
+    if _own_read_many(type(storage)):
+        return list(storage.read_many(paths))  # type: ignore[attr-defined]
     out: list[bytes | FeedlogError] = []
     for path in paths:
         try:
@@ -85,6 +84,15 @@ def read_many(storage: Storage, paths: Sequence[str]) -> list[bytes | FeedlogErr
         except FeedlogError as e:
             out.append(e)
     return out
+
+
+def _own_read_many(cls: type) -> bool:
+    """Whether `cls` has a `read_many` that goes with its `read`: one defined by the class that
+    defines `read`, or by a subclass of it (a subclass that overrides `read` alone, to count or
+    fail reads, gets every read through its own `read`)."""
+    mro = cls.__mro__
+    where = {name: next((i for i, c in enumerate(mro) if name in vars(c)), None) for name in ("read", "read_many")}
+    return where["read_many"] is not None and where["read"] is not None and where["read_many"] <= where["read"]
 
 
 class LocalStorage:

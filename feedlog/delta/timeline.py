@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from ..errors import Corruption, NotFound, Unavailable
+from ..errors import Corruption, FeedlogError, NotFound, Unavailable
 from .actions import CommitInfo, decode_commit, to_json
 from .committer import commit_path
-from .log import Listing, read_commit, read_commits
+from .log import FIRST_CHUNK, Listing, decoded_commit, next_chunk, read_commit
 from .replay import IctEnablement, TableState
-from .storage import Storage
+from .storage import Storage, read_many
 
 
 def iso(ms: int) -> str:
@@ -54,20 +54,30 @@ class Timeline:
         self.enablement = enablement
         self._file_times: dict[int, int] | None = None
         self._infos: dict[int, CommitInfo | None] = {}
+        #: files read ahead (`_read_ahead`), not decoded yet
+        self._raw: dict[int, bytes | FeedlogError] = {}
 
     # commit times
 
     def _commit_info(self, version: int) -> CommitInfo | None:
         if version not in self._infos:
-            actions = read_commit(self.storage, self.listing, version)
+            raw = self._raw.pop(version, None)
+            if raw is None:
+                actions = read_commit(self.storage, self.listing, version)
+            else:
+                actions = decoded_commit(self.storage, version, raw)
             self._infos[version] = next((a for a in actions if isinstance(a, CommitInfo)), None)
         return self._infos[version]
 
-    def _read_infos(self, versions: Sequence[int]) -> None:
-        """The commitInfo of each of `versions` not read yet, the files read many at a time."""
-        todo = [v for v in versions if v not in self._infos and v in self.listing.commits]
-        for v, actions in read_commits(self.storage, self.listing.commits, todo):
-            self._infos[v] = next((a for a in actions if isinstance(a, CommitInfo)), None)
+    def _read_ahead(self, versions: Sequence[int]) -> int:
+        """The files of those of `versions` (the next ones `_commit_info` will be asked for) not read
+        yet, read at once (`read_many`: on an object store, in flight together); each is decoded
+        when asked for, so errors come in the order they did one read at a time. The size of the
+        largest file read."""
+        todo = [v for v in versions if v not in self._infos and v not in self._raw and v in self.listing.commits]
+        got = read_many(self.storage, [self.listing.commits[v].path for v in todo])
+        self._raw.update(zip(todo, got, strict=True))
+        return max((len(d) for d in got if isinstance(d, bytes)), default=0)
 
     def _uses_ict(self, version: int) -> bool:
         return self.enablement is not None and version >= self.enablement.version
@@ -108,9 +118,12 @@ class Timeline:
         versions = sorted(self.listing.commits, reverse=True)
         if limit is not None:
             versions = versions[:limit]
-        self._read_infos(versions)
         out: list[HistoryEntry] = []
-        for v in versions:
+        ahead, size = 0, FIRST_CHUNK  # versions[:ahead] are read ahead
+        for i, v in enumerate(versions):
+            if i == ahead:
+                ahead += size
+                size = next_chunk(self._read_ahead(versions[i:ahead]))
             info = self._commit_info(v)
             entry = HistoryEntry(
                 version=v,

@@ -28,16 +28,18 @@ source and the sink.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from .. import failpoints
 from ..delta.transaction import CommitResult
-from ..errors import FeedlogError
+from ..errors import FeedlogError, Unavailable
 from .rows import SCHEMA
 from .sink import FilesWritten, SinkConfig
 from .source import FeedBatchReader, FeedPartition, SourceFeed, read_partition
@@ -51,18 +53,53 @@ def land(
     reader, parts, config = _prepare(read_options, table, write_options)
     if not parts:
         return None
-    task = functools.partial(_write_partition, reader.feeds, config)
+    task = functools.partial(_write_partition, reader.feeds, config, task_attempts(spark))
     results = spark.sparkContext.parallelize(parts, len(parts)).map(task).collect()
     written = [r for r in results if isinstance(r, FilesWritten)]
     failed = [r for r in results if isinstance(r, FeedlogError)]
     if failed:
-        config.abort(written)
+        _abort(config, written, failed[0])
         raise failed[0]
     try:
         return config.commit(written)
-    except BaseException:
-        config.abort(written)  # keeps any file a commit (or a staged one the owner may ratify) holds
+    except Exception as e:
+        _abort(config, written, e)  # keeps any file a commit (or a staged one the owner may ratify) holds
         raise
+
+
+def _abort(config: SinkConfig, written: list[FilesWritten], error: BaseException) -> None:
+    """`config.abort`, whose own failure (the owner it asks may be what failed) is a note on `error`,
+    the error the caller raises."""
+    try:
+        config.abort(written)
+    except Exception as e:
+        error.add_note(f"(the job's files were not removed: {e}; vacuum removes them)")
+
+
+def task_attempts(spark: Any) -> int:
+    """How many times Spark runs a failing task before it fails the job: once on `local[N]`, F times
+    on `local[N, F]`, spark.task.maxFailures (4) times on a cluster."""
+    sc = spark.sparkContext
+    return attempts_on(sc.master, sc.getConf().get("spark.task.maxFailures", None))
+
+
+def attempts_on(master: str, max_failures: str | None) -> int:
+    """`task_attempts` for a session on `master` with spark.task.maxFailures `max_failures`."""
+    if m := re.fullmatch(r"local(?:\[\s*(?:\d+|\*)\s*(?:,\s*(\d+)\s*)?\])?", master.strip()):
+        return max(1, int(m.group(1) or 1))
+    try:
+        return max(1, int(max_failures or 4))
+    except ValueError:
+        return 4  # Spark itself refuses such a setting when it starts
+
+
+def gives_up(error: Exception, attempt: int, attempts: int) -> bool:
+    """Whether a task's `attempt` (0 first) that failed with `error` answers with it rather than
+    raising it for Spark to run the task again: errors that may pass (the store or a peer
+    unavailable, an error feedlog did not foresee) are raised until the last attempt; the others
+    (a block that does not verify, a refused input) would fail the same way again."""
+    passing = isinstance(error, Unavailable) or not isinstance(error, FeedlogError)
+    return not passing or attempt + 1 >= attempts
 
 
 def land_here(
@@ -89,8 +126,8 @@ def land_here(
             if tasks is not None:
                 tasks(len(written), len(parts))
         return config.commit(written)
-    except BaseException:
-        config.abort(written)  # keeps any file a commit (or a staged one the owner may ratify) holds
+    except BaseException as e:
+        _abort(config, written, e)  # keeps any file a commit (or a staged one the owner may ratify) holds
         raise
 
 
@@ -106,16 +143,23 @@ def _prepare(
     return reader, parts, config
 
 
-def _write_partition(feeds: list[SourceFeed], config: SinkConfig, part: FeedPartition) -> FilesWritten | FeedlogError:
+def _write_partition(
+    feeds: list[SourceFeed], config: SinkConfig, attempts: int, part: FeedPartition
+) -> FilesWritten | FeedlogError:
     """One task: its range read and verified, written as Parquet files (not yet in the table), or
     the error it failed with (its own files removed by `config.write`): the driver removes the
-    job's other files before raising it."""
+    job's other files before raising it. An error that may pass is raised instead, for Spark to
+    run the task again, until its last attempt (`gives_up`)."""
     try:
         failpoints.point("land.task")
         return config.write(read_partition(feeds, part))
-    except FeedlogError as e:
-        return e
-    except Exception as e:  # not foreseen: its traceback goes to the executor's log, its line to the user
+    except Exception as e:
+        context = TaskContext.get()
+        if not gives_up(e, context.attemptNumber() if context is not None else 0, attempts):
+            raise
+        if isinstance(e, FeedlogError):
+            return e
+        # not foreseen: its traceback goes to the executor's log, its line to the user
         traceback.print_exc(file=sys.stderr)
         feed = feeds[part.index].source
         return FeedlogError(

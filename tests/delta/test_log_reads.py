@@ -10,8 +10,8 @@ import pytest
 
 from feedlog.delta.actions import CommitInfo
 from feedlog.delta.committer import commit_path
-from feedlog.delta.log import read_commits
-from feedlog.delta.storage import FileInfo, LocalStorage, MemoryStorage, Storage
+from feedlog.delta.log import READ_CHUNK, READ_CHUNK_BYTES, next_chunk, read_commits
+from feedlog.delta.storage import FileInfo, LocalStorage, MemoryStorage, Storage, read_many
 from feedlog.errors import Corruption, NotFound
 
 
@@ -64,3 +64,41 @@ def test_a_staged_commit_cleaned_up_after_its_backfill_is_read_from_the_log(stor
     storage.delete(commit_path(2))
     with pytest.raises(NotFound, match=r"^commit 2 disappeared while reading"):
         list(read_commits(storage, {**commits, **staged}, range(0, 3)))
+
+
+def test_an_error_reading_a_later_commit_does_not_pre_empt_an_earlier_ones(storage: Storage) -> None:
+    commits = log_of(storage, range(0, 6))
+    storage.write_atomic(commit_path(2), b"not json\n")
+    storage.delete(commit_path(4))  # read in the same chunk as 2: gone, and no staged copy either
+    seen = []
+    with pytest.raises(Corruption, match=r"^commit 2 line 1 is not JSON"):
+        for v, _ in read_commits(storage, commits, range(0, 6)):
+            seen.append(v)
+    assert seen == [0, 1]
+
+
+def test_chunks_shrink_while_commits_are_large() -> None:
+    assert next_chunk(800) == READ_CHUNK
+    assert next_chunk(READ_CHUNK_BYTES // 10) == 10
+    assert next_chunk(READ_CHUNK_BYTES * 3) == 1
+    assert next_chunk(0) == READ_CHUNK
+
+
+def test_a_storage_that_overrides_read_alone_gets_every_read_through_it(tmp_path: Path) -> None:
+    """A subclass that counts or fails reads (tests do both) overrides `read`: `read_many` must not
+    go around it through the parent's own `read_many`."""
+
+    class Counting(LocalStorage):
+        def __init__(self, root: Path) -> None:
+            super().__init__(root)
+            self.reads: list[str] = []
+
+        def read(self, path: str) -> bytes:
+            self.reads.append(path)
+            return super().read(path)
+
+    counting = Counting(tmp_path / "t")
+    commits = log_of(counting, range(0, 3))
+    assert [v for v, _ in read_commits(counting, commits, range(0, 3))] == [0, 1, 2]
+    assert counting.reads == [commit_path(v) for v in range(0, 3)]
+    assert read_many(counting, ["missing"])[0].__class__ is NotFound

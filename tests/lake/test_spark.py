@@ -505,3 +505,27 @@ def test_a_task_fed_many_arrow_batches_lands_every_row_and_the_newest_signed_sta
     prov = t.history(1)[0].commit_info["feedlog"]["feeds"][0]
     assert (prov["from"], prov["to"], prov["rows"]) == (1, n + 1, n)
     assert prov["signed"]["length"] == feed.length and prov["signed"]["signature"] == feed.core.state.signature.hex()
+
+
+def test_a_land_task_failing_with_an_error_that_may_pass_is_left_to_spark_until_its_last_attempt(spark) -> None:
+    """`feedlog ingest` on a cluster keeps Spark's task retries for errors that may pass (a peer or
+    the store unavailable, an error not foreseen) and answers at once with those that would fail
+    the same way again; the last attempt answers with any of them (the driver then cleans up)."""
+    from feedlog.lake.land import attempts_on, gives_up, task_attempts
+
+    assert task_attempts(spark) == 1  # the suite's local[2] session: Spark runs a task once
+    assert [
+        attempts_on(m, None) for m in ("local", "local[2]", "local[*]", "local[4, 3]", "local-cluster[2,1,1024]")
+    ] == [
+        1,
+        1,
+        1,
+        3,
+        4,
+    ]
+    assert attempts_on("spark://h:7077", "8") == 8 and attempts_on("yarn", "x") == 4
+    for passing in (Unavailable("peer down"), RuntimeError("bug"), OSError(28, "No space left on device")):
+        assert [gives_up(passing, a, 4) for a in range(4)] == [False, False, False, True]
+        assert gives_up(passing, 0, 1)
+    for lasting in (Corruption("bad block"), InvalidArgument("bad option")):
+        assert gives_up(lasting, 0, 4)
