@@ -14,12 +14,16 @@ writer's (rows to Arrow), two conversions that cost as much as Spark's whole Par
 (issue 17; tools/bench/bench_ingest.py). Here each task reads its seq range, verifies every
 block, builds the Arrow batches and writes the Parquet files in one process, and returns only
 the files' `add` actions; the driver commits them as the sink's commit does (one txn claim per
-feed: exactly once). A task that fails returns its error rather than failing the job (a feedlog
-error as it is, any other wrapped in one, its traceback on the worker's stderr), so the driver
-still holds the other tasks' files: it deletes them and raises that error, as it does when its
-commit fails. A task whose worker dies is Spark's to retry; a job that fails for good that way (a
-worker lost more often than Spark retries) leaves the files of the tasks that had finished
-unreferenced, as a killed driver does: no reader sees them, and vacuum removes them.
+feed: exactly once). A task that fails for good answers with its error rather than failing the
+job (a feedlog error as it is, any other wrapped in one, its traceback on the worker's stderr), so
+the driver still holds the other tasks' files: it deletes them and raises that error, as it does
+when its commit fails. An error that may pass (a peer or the store unavailable, one not foreseen)
+is first raised for Spark to run the task again, up to its last attempt (`gives_up`). A task whose
+worker dies is Spark's to retry; a job that fails for good that way (a worker lost more often
+than Spark retries) leaves the files of the tasks that had finished unreferenced, as a killed
+driver does: no reader sees them, and vacuum removes them. The other tasks of a job one task
+failed still run to their end (their files are then deleted): the driver learns of the failure
+only from the results.
 
 `feedlog ingest` runs its Spark jobs this way (`ingest.ingest_batch`); streaming goes through the
 source and the sink.
