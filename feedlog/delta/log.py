@@ -365,8 +365,9 @@ def load_protocol_metadata(storage: Storage, listing: Listing) -> tuple[Protocol
     )
     # the newest commits down to the first gap, read `_TAIL_SCAN` at a time (on an object store,
     # those reads in flight together) until both are found
-    run = list(itertools.takewhile(lambda v: v in listing.commits, range(listing.latest, newest_cp, -1)))
-    for _, actions in read_commits(storage, listing.commits, [v for v in run if v > replay_below], chunk=_TAIL_SCAN):
+    floor = max(newest_cp, replay_below)
+    scan = list(itertools.takewhile(lambda v: v in listing.commits, range(listing.latest, floor, -1)))
+    for _, actions in read_commits(storage, listing.commits, scan, chunk=_TAIL_SCAN):
         for a in actions:
             if protocol is None and isinstance(a, Protocol):
                 protocol = a
@@ -374,7 +375,7 @@ def load_protocol_metadata(storage: Storage, listing: Listing) -> tuple[Protocol
                 metadata = a
         if protocol is not None and metadata is not None:
             return _complete(protocol, metadata, listing.latest)
-    if run and run[-1] <= replay_below:
+    if replay_below >= 0 and len(scan) == listing.latest - floor and replay_below in listing.commits:
         state = load_state(storage, listing)
         _remember(storage, state)
         assert state.protocol is not None and state.metadata is not None
