@@ -235,6 +235,18 @@ done:
  * which checks the index against the list's length at that moment. */
 static PyObject *frozen(PyObject *seq) { return PySequence_Fast(seq, "expected a sequence"); }
 
+/* the two sequence arguments of leaf_hashes and parent_hashes, each `frozen`; -1 (nothing held) on error */
+static int frozen_pair(PyObject *args, PyObject **first, PyObject **second) {
+    PyObject *first_in, *second_in;
+    if (!PyArg_ParseTuple(args, "OO", &first_in, &second_in)) return -1;
+    if ((*first = frozen(first_in)) == NULL) return -1;
+    if ((*second = frozen(second_in)) == NULL) {
+        Py_CLEAR(*first);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *item(PyObject *seq, Py_ssize_t i) {
     if (i >= PySequence_Fast_GET_SIZE(seq)) {
         PyErr_SetString(PyExc_RuntimeError, "a sequence changed size while it was hashed");
@@ -312,15 +324,8 @@ static PyObject *digest_list(const uint8_t *digests, Py_ssize_t n) {
 
 /* leaf_hashes(blocks, sizes) -> list[bytes]: BLAKE2b-256(0x00 || u64le(sizes[i]) || blocks[i]) for each i */
 static PyObject *py_leaf_hashes(PyObject *self, PyObject *args) {
-    PyObject *blocks_in, *sizes_in;
-    if (!PyArg_ParseTuple(args, "OO", &blocks_in, &sizes_in)) return NULL;
-    PyObject *blocks = frozen(blocks_in);
-    if (blocks == NULL) return NULL;
-    PyObject *sizes = frozen(sizes_in);
-    if (sizes == NULL) {
-        Py_DECREF(blocks);
-        return NULL;
-    }
+    PyObject *blocks, *sizes;
+    if (frozen_pair(args, &blocks, &sizes) < 0) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
     PyObject *out = NULL;
     uint8_t *digests = PyMem_Malloc((size_t)(n ? n : 1) * OUT);
@@ -342,15 +347,8 @@ static PyObject *py_leaf_hashes(PyObject *self, PyObject *args) {
  * BLAKE2b-256(0x01 || u64le(sizes[i]) || hashes[2i] || hashes[2i+1]); every hash is 32 bytes.
  * The inputs are copied out first and hashed without the GIL. */
 static PyObject *py_parent_hashes(PyObject *self, PyObject *args) {
-    PyObject *hashes_in, *sizes_in;
-    if (!PyArg_ParseTuple(args, "OO", &hashes_in, &sizes_in)) return NULL;
-    PyObject *hashes = frozen(hashes_in);
-    if (hashes == NULL) return NULL;
-    PyObject *sizes = frozen(sizes_in);
-    if (sizes == NULL) {
-        Py_DECREF(hashes);
-        return NULL;
-    }
+    PyObject *hashes, *sizes;
+    if (frozen_pair(args, &hashes, &sizes) < 0) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(sizes);
     PyObject *out = NULL;
     enum { MSG = 1 + 8 + 2 * OUT };
