@@ -13,6 +13,7 @@ other block, or an unmarked block with another info string, fails the test.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sys
 import time
@@ -31,10 +32,39 @@ BLOCK_TIMEOUT_S = float(os.environ.get("FEEDLOG_README_BLOCK_TIMEOUT", "480"))
 TOTAL_TIMEOUT_S = 1500.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: where the kernel picks ports for outgoing connections and for bind(0) (Linux's default range)
+EPHEMERAL = range(32768, 61000)
+
+
+def _ephemeral() -> range:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = map(int, f.read().split())
+        return range(low, high + 1)
+    except (OSError, ValueError):
+        return EPHEMERAL
+
+
+def _free_port(taken: set[int], rng: random.Random) -> int:
+    """A free loopback port below the kernel's ephemeral range. The README's servers start up to two
+    minutes after their ports are chosen, and meanwhile any process on the machine (the suite's
+    other workers: gRPC clients, Spark, bind(0) in other tests) may be given an ephemeral port: one
+    of them once took peer B's port, which then failed with "the port is in use"."""
+    below = _ephemeral().start
+    for _ in range(200):
+        port = rng.randrange(20_000, below) if below > 21_000 else 0
+        if port in taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            got = int(s.getsockname()[1])
+        if got not in taken:
+            taken.add(got)
+            return got
+    raise RuntimeError("no free loopback port below the ephemeral range after 200 tries")
 
 
 def test_blocks_parse_with_markers() -> None:
@@ -90,7 +120,9 @@ def test_every_block_is_marked_or_runs() -> None:
 @pytest.mark.slow
 def test_readme_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     markdown = README.read_text()
-    ports = {p: _free_port() for p in sorted(set(README_PORT.findall(markdown)))}
+    taken: set[int] = set()
+    rng = random.Random()
+    ports = {p: _free_port(taken, rng) for p in sorted(set(README_PORT.findall(markdown)))}
     work = tmp_path / "clone"
     work.mkdir()
     (work / ".venv").symlink_to(VENV)  # a reader's clone after `tools/run` set it up
