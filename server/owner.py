@@ -110,6 +110,10 @@ class OwnerService:
         return _outcome(r)
 
     @unary
+    def EndTurn(self, request: pb.EndTurnRequest, context: grpc.ServicerContext) -> pb.EndTurnResponse:
+        return pb.EndTurnResponse(held=self.owner.end_turn(_ref(request.table), request.turn, auth_of(context)))
+
+    @unary
     def Status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.TableStatus:
         s = self.owner.status(request.table_id, auth_of(context))
         return pb.TableStatus(

@@ -177,6 +177,7 @@ def _templates(tables: list[Table], root: Path) -> list[tuple[str, Message, Tabl
             ("Backfill", pb.BackfillRequest(table=ref, version=-1), t),
             ("Release", staged, t),
             ("Status", pb.StatusRequest(table_id=t.table_id), t),
+            ("EndTurn", pb.EndTurnRequest(table=ref, turn=b"t" * 16), t),
         ]
     return out
 

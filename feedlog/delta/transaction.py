@@ -25,6 +25,7 @@ one in between is a Conflict (`claims_landed`).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -35,7 +36,7 @@ from typing import Protocol as TypingProtocol
 import pyarrow as pa
 
 from ..clock import Clock
-from ..errors import Conflict, InvalidArgument
+from ..errors import Conflict, FeedlogError, InvalidArgument
 from ..version import __version__
 from .actions import (
     APPEND_ONLY,
@@ -346,30 +347,48 @@ class Transaction:
             check_writable(self.base.protocol, metadata=self.base.metadata)
         check_writable(self.protocol_after(self.base), metadata=self.metadata_after(self.base))
         base = self.base
-        for attempt in range(1, self.max_attempts + 1):
-            if self.claims and claims_landed(base.txns, self.claims):
-                return CommitResult(None, attempts=attempt, skipped=True)
-            previous_ms = None
-            if self.enables_ict(base):
-                previous_ms = self.storage.stat(commit_path(base.version)).modified_ms
-            actions, ict = self.plan(base, self.clock.now_ms(), self.ids(), previous_ms)
-            version = base.version + 1
-            response = self.committer.commit(self.storage, version, encode_commit(actions), actions)
-            if not isinstance(response, CommitConflict):
-                after = base.copy()
-                after.apply(response.version, actions)
-                return CommitResult(response.version, ict, attempt, state=after)
-            if not response.retryable:
-                raise Conflict(f"commit of version {version} refused: {response.reason}")
-            if version == 0:  # a table's first commit has nothing to rebase onto: someone else created it
-                raise Conflict(f"version 0 was taken: {response.reason}")
-            base = self._rebase(base, version)  # raises on a real conflict, even after the last attempt
-            # Retry at once, with at most a millisecond of jitter: a loser that backs off longer comes
-            # back staler and loses again, starving behind writers with fresher state. A commit
-            # owner that gave this transaction the next turn holds that version for it: no jitter.
-            if not response.turn:
-                time.sleep(random.uniform(0, 0.001))
-        raise Conflict(f"gave up after {self.max_attempts} attempts: the table is too contended")
+        # a commit owner's conflict answer gave this transaction the table's next turn: the other
+        # writers in line wait for it, so a transaction that will not commit after all (a real
+        # conflict, its claims landed, an error, giving up) ends the turn rather than let it lapse
+        holds_turn = False
+        try:
+            for attempt in range(1, self.max_attempts + 1):
+                if self.claims and claims_landed(base.txns, self.claims):
+                    return CommitResult(None, attempts=attempt, skipped=True)
+                previous_ms = None
+                if self.enables_ict(base):
+                    previous_ms = self.storage.stat(commit_path(base.version)).modified_ms
+                actions, ict = self.plan(base, self.clock.now_ms(), self.ids(), previous_ms)
+                version = base.version + 1
+                response = self.committer.commit(self.storage, version, encode_commit(actions), actions)
+                if not isinstance(response, CommitConflict):
+                    holds_turn = False  # the owner passed it on with the commit
+                    after = base.copy()
+                    after.apply(response.version, actions)
+                    return CommitResult(response.version, ict, attempt, state=after)
+                holds_turn = response.turn
+                if not response.retryable:
+                    raise Conflict(f"commit of version {version} refused: {response.reason}")
+                if version == 0:  # a table's first commit has nothing to rebase onto: someone else created it
+                    raise Conflict(f"version 0 was taken: {response.reason}")
+                base = self._rebase(base, version)  # raises on a real conflict, even after the last attempt
+                # Retry at once, with at most a millisecond of jitter: a loser that backs off longer comes
+                # back staler and loses again, starving behind writers with fresher state. A commit
+                # owner that gave this transaction the next turn holds that version for it: no jitter.
+                if not response.turn:
+                    time.sleep(random.uniform(0, 0.001))
+            raise Conflict(f"gave up after {self.max_attempts} attempts: the table is too contended")
+        finally:
+            if holds_turn:
+                self._end_turn()
+
+    def _end_turn(self) -> None:
+        """Pass the table's turn on (`Router.end_turn`); committers without turns have no `end_turn`.
+        Never raises: the turn lapses anyway, and what the commit raised is what the caller must see."""
+        end = getattr(self.committer, "end_turn", None)
+        if end is not None:
+            with contextlib.suppress(FeedlogError):
+                end()
 
     def _rebase(self, base: TableState, lost: int) -> TableState:
         """`base` plus the commits that won, each checked for a conflict with this transaction."""

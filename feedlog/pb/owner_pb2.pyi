@@ -115,3 +115,17 @@ class TableStatus(_message.Message):
     batch_size: int
     tracked: int
     def __init__(self, table_id: _Optional[str] = ..., path: _Optional[str] = ..., state: _Optional[str] = ..., latest: _Optional[int] = ..., backfilled: _Optional[int] = ..., batch_size: _Optional[int] = ..., tracked: _Optional[int] = ...) -> None: ...
+
+class EndTurnRequest(_message.Message):
+    __slots__ = ("table", "turn")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    turn: bytes
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., turn: _Optional[bytes] = ...) -> None: ...
+
+class EndTurnResponse(_message.Message):
+    __slots__ = ("held",)
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    held: bool
+    def __init__(self, held: _Optional[bool] = ...) -> None: ...

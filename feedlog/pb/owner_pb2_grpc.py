@@ -64,6 +64,11 @@ class CommitOwnerStub:
                 request_serializer=feedlog_dot_pb_dot_owner__pb2.StatusRequest.SerializeToString,
                 response_deserializer=feedlog_dot_pb_dot_owner__pb2.TableStatus.FromString,
                 _registered_method=True)
+        self.EndTurn = channel.unary_unary(
+                '/feedlog.owner.CommitOwner/EndTurn',
+                request_serializer=feedlog_dot_pb_dot_owner__pb2.EndTurnRequest.SerializeToString,
+                response_deserializer=feedlog_dot_pb_dot_owner__pb2.EndTurnResponse.FromString,
+                _registered_method=True)
 
 
 class CommitOwnerServicer:
@@ -106,6 +111,12 @@ class CommitOwnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTurn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitOwnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +149,11 @@ def add_CommitOwnerServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=feedlog_dot_pb_dot_owner__pb2.StatusRequest.FromString,
                     response_serializer=feedlog_dot_pb_dot_owner__pb2.TableStatus.SerializeToString,
+            ),
+            'EndTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTurn,
+                    request_deserializer=feedlog_dot_pb_dot_owner__pb2.EndTurnRequest.FromString,
+                    response_serializer=feedlog_dot_pb_dot_owner__pb2.EndTurnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +318,33 @@ class CommitOwner:
             '/feedlog.owner.CommitOwner/Status',
             feedlog_dot_pb_dot_owner__pb2.StatusRequest.SerializeToString,
             feedlog_dot_pb_dot_owner__pb2.TableStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/feedlog.owner.CommitOwner/EndTurn',
+            feedlog_dot_pb_dot_owner__pb2.EndTurnRequest.SerializeToString,
+            feedlog_dot_pb_dot_owner__pb2.EndTurnResponse.FromString,
             options,
             channel_credentials,
             insecure,

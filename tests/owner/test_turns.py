@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from feedlog import failpoints
-from feedlog.delta import DeltaTable
+from feedlog.delta import ConcurrentModification, DeltaTable
 from feedlog.delta.committer import CommitConflict, Committed
 from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
 from feedlog.delta.managed.client import GrpcOwner
@@ -266,6 +266,60 @@ def _stager(t: DeltaTable) -> tuple[TableRef, Auth, int, Callable[[int, int], st
         return name
 
     return TableRef(s.metadata.id, t.storage.location), Auth(t.owner_token), ict0, stage
+
+
+def test_a_holder_that_will_not_commit_ends_its_turn_and_the_writer_behind_it_goes_on(owner: Owner) -> None:
+    """A writer given the turn whose transaction ends without committing (a real conflict found in its
+    rebase, say) ends the turn: the request waiting behind it is answered at once, not when the turn
+    lapses. Ending it takes the table's token and the transaction's own turn id."""
+    t = owner.create(batch_size=100)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30  # without end_turn, the request behind B would wait this long
+    ref, auth, ict, stage = _stager(t)
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    lost = owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B")
+    assert isinstance(lost, CommitConflict) and lost.turn  # B holds version 2
+
+    answer: list[Any] = []
+    waits = turns.waits
+    th = threading.Thread(
+        target=lambda: answer.append(owner.api.commit(ref, 2, stage(2, ict + 3), ict + 3, auth, b"C"))
+    )
+    th.start()
+    wait_until(lambda: turns.waits > waits, what="C waits in line behind B")
+
+    with pytest.raises(FeedlogError, match="token"):
+        owner.api.end_turn(ref, b"B", Auth("not-the-token"))
+    with pytest.raises(InvalidArgument):
+        owner.api.end_turn(ref, b"x" * (MAX_TURN_BYTES + 1), auth)
+    assert owner.api.end_turn(ref, b"someone else", auth) is False  # only the holder's id ends it
+    assert answer == []
+
+    started = time.monotonic()
+    assert owner.api.end_turn(ref, b"B", auth) is True
+    th.join(15)
+    assert not th.is_alive() and time.monotonic() - started < 10
+    assert answer == [Committed(2)]  # version 2 was B's to take, and B never took it
+    assert owner.api.end_turn(ref, b"B", auth) is False  # once only
+    assert turns.lapsed == 0 and not turns._lines
+    owner.settle()
+
+
+def test_a_transaction_that_finds_a_real_conflict_while_it_holds_the_turn_ends_it(owner: Owner) -> None:
+    """Through the table API: the loser is given the turn, its rebase finds that the winner carries the
+    same txn appId (a real conflict), and the commit raises; the turn is passed on, not left to lapse."""
+    t = owner.create()
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    other = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    first, second = t.transaction("WRITE"), other.transaction("WRITE")
+    first.set_txn("job", 1)
+    second.set_txn("job", 1)
+    assert t.commit(first).version == 1
+    with pytest.raises(ConcurrentModification, match="txn appId 'job'"):
+        other.commit(second)
+    assert not turns._lines and turns.lapsed == 0  # its turn was given (it lost) and ended at once
+    assert other.append(batch([7])).version == 2
 
 
 def test_a_loser_holds_the_next_version_and_the_writer_behind_it_waits(owner: Owner) -> None:

@@ -140,6 +140,10 @@ class GrpcOwner:
     def release(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
         return _outcome(self._call(lambda stub: stub.Release, _staged(table, version, staged, ict), auth))
 
+    def end_turn(self, table: TableRef, turn: bytes, auth: Auth) -> bool:
+        request = pb.EndTurnRequest(table=_ref(table), turn=turn)
+        return bool(self._call(lambda stub: stub.EndTurn, request, auth).held)
+
     def get_commits(self, table: TableRef, start_version: int) -> Commits:
         r = self._read(
             lambda stub: stub.GetCommits, pb.GetCommitsRequest(table=_ref(table), start_version=max(0, start_version))

@@ -8,6 +8,7 @@ service (`client.py`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -133,6 +134,12 @@ class ManagedCommitter:
             storage, version, data, name, lambda: self.owner.commit(self.table, version, name, ict, self.auth, turn)
         )
 
+    def end_turn(self, turn: bytes) -> None:
+        """The transaction `turn` holds the table's turn and will not commit after all: pass it on now.
+        A courtesy (the turn lapses anyway): an owner that cannot be told is not an error."""
+        with contextlib.suppress(FeedlogError):
+            self.owner.end_turn(self.table, turn, self.auth)
+
     def register(
         self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], batch_size: int
     ) -> CommitResponse:
@@ -219,6 +226,11 @@ class Router:
         if how is Route.RELEASE:
             return committer.release(storage, version, data, actions)
         return committer.commit(storage, version, data, actions, self.turn)
+
+    def end_turn(self) -> None:
+        """This transaction was given its table's turn and will not commit after all (Transaction.commit)."""
+        if self.before is not None and self.metadata is not None:
+            self.committer_for(self.before, self.metadata.id, False).end_turn(self.turn)
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
         if self.before is None or self.metadata is None:

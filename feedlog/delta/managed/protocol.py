@@ -346,6 +346,12 @@ class CommitOwner(TypingProtocol):
         `turn`: the transaction's id, the same on every attempt; writers that lose races take turns."""
         ...
 
+    def end_turn(self, table: TableRef, turn: bytes, auth: Auth) -> bool:
+        """The transaction `turn`, given the table's turn by a conflict answer, will not commit after all
+        (a real conflict, its work committed already, an error): the next writer in line need not wait
+        for the turn to lapse. Whether it held the turn."""
+        ...
+
     def get_commits(self, table: TableRef, start_version: int) -> Commits:
         """Ratified, un-backfilled commits >= start_version, contiguous and ascending, and the latest version."""
         ...

@@ -484,6 +484,14 @@ class LocalOwner:
     def release(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:
         return self._ratify(table, version, staged, ict, auth, release=True)
 
+    def end_turn(self, table: TableRef, turn: bytes, auth: Auth) -> bool:
+        """`CommitOwner.end_turn`: the transaction `turn` will not commit; if it holds the table's
+        turn, the first in line gets it now. Whether it held the turn."""
+        Turns.check(turn)
+        row = self._table(table)
+        self._authorize(row, auth)
+        return bool(turn) and self.turns.done(row.id, turn)
+
     def _ratify(
         self,
         table: TableRef,

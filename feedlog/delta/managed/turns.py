@@ -23,7 +23,8 @@ without a `turn` races as before. Nor does it order everything: a writer whose
 line emptied between two of its losses races again (8 writers on one table: 2
 attempts a commit, at most 3 or 4; without turns 7, at most 33). Bounds, because waiting holds one of the
 server's threads: a turn lapses `grant_s` after it was given if its holder has
-not committed (a writer that crashed or gave up stalls the table that long), a
+not committed (a writer that crashed stalls the table that long; one that will not
+commit after all, say its rebase found a real conflict, ends its turn: `done`), a
 request waits at most `wait_s` (and leaves when its call ends: `admit`'s
 `watch`), and at most `max_waiters` requests wait at once in the whole owner,
 half of them for one table (the others race at once, as before turns, and may
@@ -204,15 +205,17 @@ class Turns:
             self._expire(line, self._clock())
             return line.holder is not None and line.holder != turn
 
-    def done(self, table_id: str, turn: bytes) -> None:
-        """`turn` committed (or failed for good): if it held the table's turn, the first in line gets it."""
+    def done(self, table_id: str, turn: bytes) -> bool:
+        """`turn` committed, failed for good or will not come back (`LocalOwner.end_turn`): if it held
+        the table's turn, the first in line gets it. Whether it held the turn."""
         with self._lock:
             line = self._lines.get(table_id)
             if line is None or line.holder != turn:
-                return
+                return False
             line.holder = None
             self._wake_first(line)
             self._tidy(table_id, line)
+            return True
 
     def _sweep(self, now: float) -> None:
         """Forget the lines whose holder's turn lapsed with nobody waiting (a line is otherwise
