@@ -49,6 +49,7 @@ def _outcome(r: CommitResponse) -> pb.CommitOutcome:
             reason=r.reason,
             winners=winners,
             turn=r.turn,
+            pending=r.pending or 0,
         )
     return pb.CommitOutcome(committed=True, version=r.version)
 
@@ -86,6 +87,8 @@ class OwnerService:
             auth_of(context),
             request.turn or None,
             watch=context.add_callback,  # a request waiting for its turn leaves when its call ends
+            pending_ok=request.accepts_pending,
+            base=request.base or None,
         )
         return _outcome(r)
 
@@ -210,7 +213,7 @@ class OwnerServer:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait(grace + 5)
         self.owner.close()
-        event("owner_stopped", address=self.address)
+        event("owner_stopped", address=self.address, told=self.owner.turns.told, waits=self.owner.turns.waits)
 
     def __enter__(self) -> OwnerServer:
         return self.start()

@@ -44,6 +44,9 @@ class CommitConflict:
     #: the commit owner holds the table's next version for this transaction (managed/turns.py):
     #: rebase and retry at once, no jitter
     turn: bool = False
+    #: the last of `winners` is being ratified, not yet ratified (its version; managed/turns.py
+    #: `ahead`): a commit rebased on it tells the owner so (`base`), and rebases again if refused
+    pending: int | None = None
 
 
 CommitResponse = Committed | CommitConflict

@@ -351,10 +351,19 @@ class Transaction:
         # writers in line wait for it, so a transaction that will not commit after all (a real
         # conflict, its claims landed, an error, giving up) ends the turn rather than let it lapse
         holds_turn = False
+        # A commit owner may name a winner still being ratified (`CommitConflict.pending`), so that
+        # this transaction rebases on it meanwhile: `base` is then provisional, and `settled` the
+        # newest state built on ratified commits alone. Nothing is concluded from a provisional
+        # base (claims landed, a conflict) and a refused commit rebases from `settled`.
+        settled, provisional = base, False
         try:
             for attempt in range(1, self.max_attempts + 1):
                 if self.claims and claims_landed(base.txns, self.claims):
-                    return CommitResult(None, attempts=attempt, skipped=True)
+                    if provisional:  # landed in a commit not yet ratified, perhaps never: ask what was
+                        base = settled = self._rebase(settled, settled.version + 1)
+                        provisional = False
+                    if claims_landed(base.txns, self.claims):
+                        return CommitResult(None, attempts=attempt, skipped=True)
                 previous_ms = None
                 if self.enables_ict(base):
                     previous_ms = self.storage.stat(commit_path(base.version)).modified_ms
@@ -371,7 +380,17 @@ class Transaction:
                     raise Conflict(f"commit of version {version} refused: {response.reason}")
                 if version == 0:  # a table's first commit has nothing to rebase onto: someone else created it
                     raise Conflict(f"version 0 was taken: {response.reason}")
-                base = self._rebase(base, version)  # raises on a real conflict, even after the last attempt
+                start = settled if provisional else base
+                try:
+                    base = self._rebase(start, version)  # raises on a real conflict, even after the last attempt
+                    provisional = response.pending is not None
+                except ConcurrentModification:
+                    if response.pending is None:
+                        raise
+                    # perhaps with the commit not yet ratified: decide on ratified commits alone
+                    base, provisional = self._rebase(start, version), False
+                if not provisional:
+                    settled = base
                 # Retry at once, with at most a millisecond of jitter: a loser that backs off longer comes
                 # back staler and loses again, starving behind writers with fresher state. A commit
                 # owner that gave this transaction the next turn holds that version for it: no jitter.

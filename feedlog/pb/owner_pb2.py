@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65\x65\x64log/pb/owner.proto\x12\rfeedlog.owner\"*\n\x08TableRef\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x80\x01\n\x0cStagedCommit\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x04 \x01(\x04\x12\x0c\n\x04turn\x18\x05 \x01(\x0c\"R\n\x0fRegisterRequest\x12+\n\x06\x63ommit\x18\x01 \x01(\x0b\x32\x1b.feedlog.owner.StagedCommit\x12\x12\n\nbatch_size\x18\x02 \x01(\r\"\x8c\x01\n\rCommitOutcome\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12&\n\x07winners\x18\x05 \x03(\x0b\x32\x15.feedlog.owner.Commit\x12\x0c\n\x04turn\x18\x06 \x01(\x08\"R\n\x11GetCommitsRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x15\n\rstart_version\x18\x02 \x01(\x04\"D\n\x06\x43ommit\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x03 \x01(\x04\"L\n\x12GetCommitsResponse\x12&\n\x07\x63ommits\x18\x01 \x03(\x0b\x32\x15.feedlog.owner.Commit\x12\x0e\n\x06latest\x18\x02 \x01(\x03\"J\n\x0f\x42\x61\x63kfillRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x03\"&\n\x10\x42\x61\x63kfillResponse\x12\x12\n\nbackfilled\x18\x01 \x01(\x03\"!\n\rStatusRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\x85\x01\n\x0bTableStatus\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x12\n\nbackfilled\x18\x05 \x01(\x03\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x0f\n\x07tracked\x18\x07 \x01(\r\"F\n\x0e\x45ndTurnRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0c\n\x04turn\x18\x02 \x01(\x0c\"\x1f\n\x0f\x45ndTurnResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\x32\x90\x04\n\x0b\x43ommitOwner\x12H\n\x08Register\x12\x1e.feedlog.owner.RegisterRequest\x1a\x1c.feedlog.owner.CommitOutcome\x12\x43\n\x06\x43ommit\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12Q\n\nGetCommits\x12 .feedlog.owner.GetCommitsRequest\x1a!.feedlog.owner.GetCommitsResponse\x12K\n\x08\x42\x61\x63kfill\x12\x1e.feedlog.owner.BackfillRequest\x1a\x1f.feedlog.owner.BackfillResponse\x12\x44\n\x07Release\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12\x42\n\x06Status\x12\x1c.feedlog.owner.StatusRequest\x1a\x1a.feedlog.owner.TableStatus\x12H\n\x07\x45ndTurn\x12\x1d.feedlog.owner.EndTurnRequest\x1a\x1e.feedlog.owner.EndTurnResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65\x65\x64log/pb/owner.proto\x12\rfeedlog.owner\"*\n\x08TableRef\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"\xa7\x01\n\x0cStagedCommit\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x04 \x01(\x04\x12\x0c\n\x04turn\x18\x05 \x01(\x0c\x12\x0c\n\x04\x62\x61se\x18\x06 \x01(\t\x12\x17\n\x0f\x61\x63\x63\x65pts_pending\x18\x07 \x01(\x08\"R\n\x0fRegisterRequest\x12+\n\x06\x63ommit\x18\x01 \x01(\x0b\x32\x1b.feedlog.owner.StagedCommit\x12\x12\n\nbatch_size\x18\x02 \x01(\r\"\x9d\x01\n\rCommitOutcome\x12\x11\n\tcommitted\x18\x01 \x01(\x08\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12&\n\x07winners\x18\x05 \x03(\x0b\x32\x15.feedlog.owner.Commit\x12\x0c\n\x04turn\x18\x06 \x01(\x08\x12\x0f\n\x07pending\x18\x07 \x01(\x04\"R\n\x11GetCommitsRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x15\n\rstart_version\x18\x02 \x01(\x04\"D\n\x06\x43ommit\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x02 \x01(\t\x12\x1b\n\x13in_commit_timestamp\x18\x03 \x01(\x04\"L\n\x12GetCommitsResponse\x12&\n\x07\x63ommits\x18\x01 \x03(\x0b\x32\x15.feedlog.owner.Commit\x12\x0e\n\x06latest\x18\x02 \x01(\x03\"J\n\x0f\x42\x61\x63kfillRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0f\n\x07version\x18\x02 \x01(\x03\"&\n\x10\x42\x61\x63kfillResponse\x12\x12\n\nbackfilled\x18\x01 \x01(\x03\"!\n\rStatusRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\x85\x01\n\x0bTableStatus\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06latest\x18\x04 \x01(\x03\x12\x12\n\nbackfilled\x18\x05 \x01(\x03\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x0f\n\x07tracked\x18\x07 \x01(\r\"F\n\x0e\x45ndTurnRequest\x12&\n\x05table\x18\x01 \x01(\x0b\x32\x17.feedlog.owner.TableRef\x12\x0c\n\x04turn\x18\x02 \x01(\x0c\"\x1f\n\x0f\x45ndTurnResponse\x12\x0c\n\x04held\x18\x01 \x01(\x08\x32\x90\x04\n\x0b\x43ommitOwner\x12H\n\x08Register\x12\x1e.feedlog.owner.RegisterRequest\x1a\x1c.feedlog.owner.CommitOutcome\x12\x43\n\x06\x43ommit\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12Q\n\nGetCommits\x12 .feedlog.owner.GetCommitsRequest\x1a!.feedlog.owner.GetCommitsResponse\x12K\n\x08\x42\x61\x63kfill\x12\x1e.feedlog.owner.BackfillRequest\x1a\x1f.feedlog.owner.BackfillResponse\x12\x44\n\x07Release\x12\x1b.feedlog.owner.StagedCommit\x1a\x1c.feedlog.owner.CommitOutcome\x12\x42\n\x06Status\x12\x1c.feedlog.owner.StatusRequest\x1a\x1a.feedlog.owner.TableStatus\x12H\n\x07\x45ndTurn\x12\x1d.feedlog.owner.EndTurnRequest\x1a\x1e.feedlog.owner.EndTurnResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,29 +34,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TABLEREF']._serialized_start=41
   _globals['_TABLEREF']._serialized_end=83
   _globals['_STAGEDCOMMIT']._serialized_start=86
-  _globals['_STAGEDCOMMIT']._serialized_end=214
-  _globals['_REGISTERREQUEST']._serialized_start=216
-  _globals['_REGISTERREQUEST']._serialized_end=298
-  _globals['_COMMITOUTCOME']._serialized_start=301
-  _globals['_COMMITOUTCOME']._serialized_end=441
-  _globals['_GETCOMMITSREQUEST']._serialized_start=443
-  _globals['_GETCOMMITSREQUEST']._serialized_end=525
-  _globals['_COMMIT']._serialized_start=527
-  _globals['_COMMIT']._serialized_end=595
-  _globals['_GETCOMMITSRESPONSE']._serialized_start=597
-  _globals['_GETCOMMITSRESPONSE']._serialized_end=673
-  _globals['_BACKFILLREQUEST']._serialized_start=675
-  _globals['_BACKFILLREQUEST']._serialized_end=749
-  _globals['_BACKFILLRESPONSE']._serialized_start=751
-  _globals['_BACKFILLRESPONSE']._serialized_end=789
-  _globals['_STATUSREQUEST']._serialized_start=791
-  _globals['_STATUSREQUEST']._serialized_end=824
-  _globals['_TABLESTATUS']._serialized_start=827
-  _globals['_TABLESTATUS']._serialized_end=960
-  _globals['_ENDTURNREQUEST']._serialized_start=962
-  _globals['_ENDTURNREQUEST']._serialized_end=1032
-  _globals['_ENDTURNRESPONSE']._serialized_start=1034
-  _globals['_ENDTURNRESPONSE']._serialized_end=1065
-  _globals['_COMMITOWNER']._serialized_start=1068
-  _globals['_COMMITOWNER']._serialized_end=1596
+  _globals['_STAGEDCOMMIT']._serialized_end=253
+  _globals['_REGISTERREQUEST']._serialized_start=255
+  _globals['_REGISTERREQUEST']._serialized_end=337
+  _globals['_COMMITOUTCOME']._serialized_start=340
+  _globals['_COMMITOUTCOME']._serialized_end=497
+  _globals['_GETCOMMITSREQUEST']._serialized_start=499
+  _globals['_GETCOMMITSREQUEST']._serialized_end=581
+  _globals['_COMMIT']._serialized_start=583
+  _globals['_COMMIT']._serialized_end=651
+  _globals['_GETCOMMITSRESPONSE']._serialized_start=653
+  _globals['_GETCOMMITSRESPONSE']._serialized_end=729
+  _globals['_BACKFILLREQUEST']._serialized_start=731
+  _globals['_BACKFILLREQUEST']._serialized_end=805
+  _globals['_BACKFILLRESPONSE']._serialized_start=807
+  _globals['_BACKFILLRESPONSE']._serialized_end=845
+  _globals['_STATUSREQUEST']._serialized_start=847
+  _globals['_STATUSREQUEST']._serialized_end=880
+  _globals['_TABLESTATUS']._serialized_start=883
+  _globals['_TABLESTATUS']._serialized_end=1016
+  _globals['_ENDTURNREQUEST']._serialized_start=1018
+  _globals['_ENDTURNREQUEST']._serialized_end=1088
+  _globals['_ENDTURNRESPONSE']._serialized_start=1090
+  _globals['_ENDTURNRESPONSE']._serialized_end=1121
+  _globals['_COMMITOWNER']._serialized_start=1124
+  _globals['_COMMITOWNER']._serialized_end=1652
 # @@protoc_insertion_point(module_scope)

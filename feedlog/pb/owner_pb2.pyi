@@ -15,18 +15,22 @@ class TableRef(_message.Message):
     def __init__(self, table_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class StagedCommit(_message.Message):
-    __slots__ = ("table", "version", "file", "in_commit_timestamp", "turn")
+    __slots__ = ("table", "version", "file", "in_commit_timestamp", "turn", "base", "accepts_pending")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FILE_FIELD_NUMBER: _ClassVar[int]
     IN_COMMIT_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     TURN_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_PENDING_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     version: int
     file: str
     in_commit_timestamp: int
     turn: bytes
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., version: _Optional[int] = ..., file: _Optional[str] = ..., in_commit_timestamp: _Optional[int] = ..., turn: _Optional[bytes] = ...) -> None: ...
+    base: str
+    accepts_pending: bool
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., version: _Optional[int] = ..., file: _Optional[str] = ..., in_commit_timestamp: _Optional[int] = ..., turn: _Optional[bytes] = ..., base: _Optional[str] = ..., accepts_pending: _Optional[bool] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("commit", "batch_size")
@@ -37,20 +41,22 @@ class RegisterRequest(_message.Message):
     def __init__(self, commit: _Optional[_Union[StagedCommit, _Mapping]] = ..., batch_size: _Optional[int] = ...) -> None: ...
 
 class CommitOutcome(_message.Message):
-    __slots__ = ("committed", "version", "retryable", "reason", "winners", "turn")
+    __slots__ = ("committed", "version", "retryable", "reason", "winners", "turn", "pending")
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     WINNERS_FIELD_NUMBER: _ClassVar[int]
     TURN_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
     committed: bool
     version: int
     retryable: bool
     reason: str
     winners: _containers.RepeatedCompositeFieldContainer[Commit]
     turn: bool
-    def __init__(self, committed: _Optional[bool] = ..., version: _Optional[int] = ..., retryable: _Optional[bool] = ..., reason: _Optional[str] = ..., winners: _Optional[_Iterable[_Union[Commit, _Mapping]]] = ..., turn: _Optional[bool] = ...) -> None: ...
+    pending: int
+    def __init__(self, committed: _Optional[bool] = ..., version: _Optional[int] = ..., retryable: _Optional[bool] = ..., reason: _Optional[str] = ..., winners: _Optional[_Iterable[_Union[Commit, _Mapping]]] = ..., turn: _Optional[bool] = ..., pending: _Optional[int] = ...) -> None: ...
 
 class GetCommitsRequest(_message.Message):
     __slots__ = ("table", "start_version")

@@ -79,8 +79,8 @@ class LostAnswers:
     def __init__(self, api: Any, n: int) -> None:
         self.api, self.n = api, n
 
-    def commit(self, *args: Any) -> Any:
-        response = self.api.commit(*args)
+    def commit(self, *args: Any, **kw: Any) -> Any:
+        response = self.api.commit(*args, **kw)
         if self.n > 0:
             self.n -= 1
             raise Unavailable("the answer was lost")
@@ -98,13 +98,13 @@ class FailedOver:
     def __init__(self, api: Any, token: str) -> None:
         self.api, self.token, self.armed = api, token, True
 
-    def commit(self, table: Any, version: int, staged: str, ict: int, auth: Any, turn: Any = None) -> Any:
-        first = self.api.commit(table, version, staged, ict, auth, turn)
+    def commit(self, table: Any, version: int, staged: str, ict: int, auth: Any, turn: Any = None, **kw: Any) -> Any:
+        first = self.api.commit(table, version, staged, ict, auth, turn, **kw)
         if not self.armed:
             return first
         self.armed = False
         self.api.backfill(table, version, auth)  # the other process backfills meanwhile
-        return self.api.commit(table, version, staged, ict, auth, turn)  # the repeat, as the client sends it
+        return self.api.commit(table, version, staged, ict, auth, turn, **kw)  # the repeat, as the client sends it
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.api, name)

@@ -22,7 +22,8 @@ from feedlog.delta import ConcurrentModification, DeltaTable
 from feedlog.delta.committer import CommitConflict, Committed
 from feedlog.delta.managed import COMMITS_DIR, Auth, Binding, TableRef, staged_name
 from feedlog.delta.managed.client import GrpcOwner
-from feedlog.delta.managed.turns import MAX_TURN_BYTES, SWEEP_LINES, Turns
+from feedlog.delta.managed.sqlite import LocalOwner
+from feedlog.delta.managed.turns import MAX_TURN_BYTES, SWEEP_LINES, Pending, Turns
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
 from feedlog_server.owner import OwnerServer
 from tests.conftest import wait_until
@@ -36,14 +37,18 @@ class _Requests:
     def __init__(self, turns: Turns) -> None:
         self.turns = turns
         self.admitted: list[tuple[bytes, bool]] = []
+        #: what `admit` returned, in order
+        self.answers: list[tuple[bytes, object]] = []
         self.threads: list[threading.Thread] = []
 
-    def arrive(self, turn: bytes, table: str = "t") -> None:
+    def arrive(self, turn: bytes, table: str = "t", *, pending_ok: bool = False) -> None:
         """Start a request; return once it is waiting in line (or has been answered)."""
         before = self.turns.waits
 
         def run() -> None:
-            self.admitted.append((turn, self.turns.admit(table, turn) == "waited"))
+            answer = self.turns.admit(table, turn, pending_ok=pending_ok)
+            self.answers.append((turn, answer))
+            self.admitted.append((turn, answer == "waited"))
 
         th = threading.Thread(target=run, daemon=True)
         th.start()
@@ -242,6 +247,73 @@ def test_the_same_turn_twice_in_line_does_not_wait_for_itself() -> None:
     requests.join()
     assert requests.admitted == [(b"b", True), (b"b", True)] and time.monotonic() - started < 5
     assert turns._lines["t"].holder == b"b" and not turns._lines["t"].waiting
+
+
+def test_the_first_in_line_is_told_of_the_holders_commit_while_it_is_ratified_and_goes_next() -> None:
+    """`ahead`: the first in line (a client that rebases on commits not yet ratified) is answered with
+    the holder's commit while it is ratified; its turn is next, and its next request waits for the
+    holder alone, not behind the line."""
+    turns = Turns(grant_s=30, wait_s=30)
+    turns.lost("t", b"a")
+    requests = _Requests(turns)
+    requests.arrive(b"b", pending_ok=True)
+    requests.arrive(b"c", pending_ok=True)
+    assert turns.ahead("t", b"z", Pending(2, "f")) is False  # only the holder's commit
+    assert turns.ahead("t", b"a", Pending(2, "f")) is True
+    wait_until(lambda: requests.answers == [(b"b", Pending(2, "f"))], what="b is answered")
+    assert turns.ahead("t", b"a", Pending(2, "f")) is False  # one at a time: c is not told
+    assert turns.lost("t", b"b") is True and turns.is_next("t", b"b")  # the answer tells b it goes next
+    requests.arrive(b"b")  # b's commit, rebased on a's: it waits for a alone
+    assert len(requests.answers) == 1
+    turns.done("t", b"a")
+    wait_until(lambda: len(requests.answers) == 2, what="b goes on once a is done")
+    assert requests.answers[1] == (b"b", "waited") and turns._lines["t"].holder == b"b"
+    assert turns.admit("t", b"b") == "go"
+    turns.done("t", b"b")
+    requests.join()  # and c, first in line now, takes the turn b left
+    assert requests.answers[2] == (b"c", "waited") and turns._lines["t"].holder == b"c"
+    assert turns.lapsed == 0
+
+
+def test_a_first_in_line_that_cannot_rebase_on_a_pending_commit_is_not_told_of_one() -> None:
+    turns = Turns(grant_s=30, wait_s=30)
+    turns.lost("t", b"a")
+    requests = _Requests(turns)
+    requests.arrive(b"b")  # an older client: no pending_ok
+    requests.arrive(b"c", pending_ok=True)
+    assert turns.ahead("t", b"a", Pending(2, "f")) is False  # c is not first: the order stands
+    turns.done("t", b"a")
+    wait_until(lambda: len(requests.answers) == 1, what="b goes on")
+    assert requests.answers == [(b"b", "waited")] and not turns.is_next("t", b"c")
+    turns.done("t", b"b")
+    requests.join()
+
+
+def test_a_turn_told_to_go_next_that_never_comes_lapses_or_ends_and_the_line_goes_on() -> None:
+    turns = Turns(grant_s=30, wait_s=30)
+    turns.lost("t", b"a")
+    requests = _Requests(turns)
+    requests.arrive(b"b", pending_ok=True)
+    requests.arrive(b"c")
+    assert turns.ahead("t", b"a", Pending(2, "f"))
+    wait_until(lambda: len(requests.answers) == 1, what="b is answered")
+    assert turns.done("t", b"b") is True  # b's rebase found a real conflict: it ends its turn, still next
+    assert not turns.is_next("t", b"b") and turns._lines["t"].holder == b"a"
+    turns.done("t", b"a")
+    wait_until(lambda: len(requests.answers) == 2, what="c goes on")
+    assert requests.answers[1] == (b"c", "waited") and turns._lines["t"].holder == b"c"
+    turns.done("t", b"c")
+
+    turns.grant_s = 0.05  # b' is told, a' finishes, b' never comes: its turn lapses like any other
+    turns.lost("t", b"a2")
+    requests.arrive(b"b2", pending_ok=True)
+    requests.arrive(b"c2")
+    assert turns.ahead("t", b"a2", Pending(5, "g"))
+    wait_until(lambda: len(requests.answers) == 3, what="b2 is answered")
+    turns.done("t", b"a2")
+    assert turns._lines["t"].holder == b"b2"
+    requests.join()
+    assert requests.answers[3] == (b"c2", "waited") and turns.lapsed == 1
 
 
 def test_lines_of_two_tables_do_not_mix() -> None:
@@ -480,3 +552,166 @@ def test_one_table_takes_at_most_its_share_of_the_places_in_line() -> None:
     turns.done("busy", b"b")
     requests.join()
     assert sorted(requests.admitted) == [(b"b", True), (b"c", True), (b"y", True)]
+
+
+# ---- pipelined turns: the next writer rebases on the holder's commit while it is ratified --------
+
+
+class _Gate:
+    """Holds the owner's ratification of one staged file until opened, then lets it go on or fail:
+    the window in which the writer behind the holder is told of the holder's commit."""
+
+    def __init__(self, owner: Owner, monkeypatch: pytest.MonkeyPatch) -> None:
+        local = owner.server.owner if owner.server is not None else owner.api
+        assert isinstance(local, LocalOwner)
+        self.staged: str | None = None
+        self.entered, self.opened = threading.Event(), threading.Event()
+        self.fail = False
+        real = local._group.submit
+
+        def submit(item: Any) -> Any:
+            if item.staged == self.staged:
+                self.entered.set()
+                assert self.opened.wait(30), "the gate was never opened"
+                if self.fail:
+                    raise Unavailable("injected: this ratification failed")
+            return real(item)
+
+        monkeypatch.setattr(local._group, "submit", submit)
+
+
+def _thread(fn: Callable[[], Any], out: list[Any]) -> threading.Thread:
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:
+            out.append(e)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
+def test_the_writer_behind_the_holder_rebases_on_its_commit_while_it_is_ratified(
+    owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = owner.create(batch_size=100)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    gate = _Gate(owner, monkeypatch)
+    ref, auth, ict, stage = _stager(t)
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    told: list[Any] = []
+    waits = turns.waits
+    c2 = stage(2, ict + 3)
+    asked = _thread(lambda: owner.api.commit(ref, 2, c2, ict + 3, auth, b"C", pending_ok=True), told)
+    wait_until(lambda: turns.waits > waits, what="C waits in line behind B")
+
+    gate.staged = b2 = stage(2, ict + 4)
+    holder: list[Any] = []
+    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    assert gate.entered.wait(30)
+    asked.join(15)  # answered while B's commit is held before its ratification
+    [answer] = told
+    assert isinstance(answer, CommitConflict) and answer.retryable and answer.turn
+    assert answer.pending == 2 and answer.winners == ((2, b2),) and holder == []
+
+    c3 = stage(3, ict + 5)
+    done: list[Any] = []
+    c = _thread(lambda: owner.api.commit(ref, 3, c3, ict + 5, auth, b"C", pending_ok=True, base=b2), done)
+    wait_until(lambda: turns.waits > waits + 1, what="C's commit waits for B's alone")
+    assert done == []
+    gate.opened.set()
+    b.join(15)
+    c.join(15)
+    assert holder == [Committed(2)] and done == [Committed(3)]
+    assert turns.lapsed == 0 and not turns._lines
+    owner.settle()
+
+
+def test_a_commit_rebased_on_a_commit_that_was_never_ratified_is_refused_as_retryable(
+    owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder's ratification fails after the writer behind it was told of it: that writer's
+    commit, rebased on it, is refused with a conflict it can retry (not a gap it cannot), and its
+    rebase on what was ratified then commits."""
+    t = owner.create(batch_size=100)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    gate = _Gate(owner, monkeypatch)
+    ref, auth, ict, stage = _stager(t)
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    told: list[Any] = []
+    waits = turns.waits
+    asked = _thread(lambda: owner.api.commit(ref, 2, stage(2, ict + 3), ict + 3, auth, b"C", pending_ok=True), told)
+    wait_until(lambda: turns.waits > waits, what="C waits in line behind B")
+    gate.staged = b2 = stage(2, ict + 4)
+    gate.fail = True
+    holder: list[Any] = []
+    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    asked.join(15)
+    assert told and told[0].pending == 2
+    gate.opened.set()
+    b.join(15)
+    assert [type(e) for e in holder] == [Unavailable]  # B's commit failed: version 2 is still free
+
+    refused = owner.api.commit(ref, 3, stage(3, ict + 5), ict + 5, auth, b"C", pending_ok=True, base=b2)
+    assert isinstance(refused, CommitConflict) and refused.retryable and "not ratified" in refused.reason
+    assert owner.api.commit(ref, 2, stage(2, ict + 6), ict + 6, auth, b"C", pending_ok=True) == Committed(2)
+    assert DeltaTable.open(t.storage.location, owner_token=t.owner_token).version() == 2
+
+
+def test_a_commit_names_the_base_it_was_rebased_on_and_only_that_base_is_ratified(owner: Owner) -> None:
+    """Checked against the owner's record of version-1, or, once backfill has forgotten it (batch
+    size 1), against the latest commit the owner process ratified itself."""
+    t = owner.create(batch_size=1)
+    ref, auth, ict, stage = _stager(t)
+    b1 = stage(1, ict + 1)
+    assert owner.api.commit(ref, 1, b1, ict + 1, auth, b"B") == Committed(1)
+    owner.settle()  # backfilled and forgotten: only the owner's memory knows what version 1 was
+    with pytest.raises(InvalidArgument):
+        owner.api.commit(ref, 2, stage(2, ict + 2), ict + 2, auth, b"C", pending_ok=True, base="../../x")
+    other = staged_name(1)
+    wrong = owner.api.commit(ref, 2, stage(2, ict + 3), ict + 3, auth, b"C", pending_ok=True, base=other)
+    assert isinstance(wrong, CommitConflict) and wrong.retryable
+    assert owner.api.commit(ref, 2, stage(2, ict + 4), ict + 4, auth, b"C", pending_ok=True, base=b1) == Committed(2)
+    owner.settle()
+
+
+def test_a_transaction_told_of_a_commit_that_then_fails_rebases_on_what_was_ratified(
+    owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the table API: an append waits behind a holder, is told of the holder's commit, rebases
+    on it and stages the version after it; the holder's ratification fails; the append is refused,
+    rebases on what was ratified and commits the version the holder never took, with its own rows
+    and none of the holder's."""
+    t = owner.create(batch_size=100)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    gate = _Gate(owner, monkeypatch)
+    ref, auth, ict, stage = _stager(t)
+    writer = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    writer.version()
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    waits = turns.waits
+    appended: list[Any] = []
+    w = _thread(lambda: writer.append(batch([42], "w")), appended)  # its version 1 is taken: it waits
+    wait_until(lambda: turns.waits > waits, what="the append waits in line behind B")
+    gate.staged = b2 = stage(2, ict + 4)
+    gate.fail = True
+    holder: list[Any] = []
+    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    wait_until(lambda: turns.waits > waits + 1, what="the append, rebased on B's commit, waits for it")
+    gate.opened.set()
+    b.join(15)
+    w.join(30)
+    assert [type(e) for e in holder] == [Unavailable]
+    [result] = appended
+    assert not isinstance(result, BaseException), result
+    assert result.version == 2 and result.attempts == 3
+    fresh = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    assert fresh.version() == 2 and fresh.to_arrow().column("id").to_pylist() == [42]
+    owner.settle()

@@ -56,7 +56,8 @@ def _staged(t: TableRef, version: int, staged: str, ict: int) -> pb.StagedCommit
 def _outcome(o: pb.CommitOutcome) -> CommitResponse:
     if o.committed:
         return Committed(o.version)
-    return CommitConflict(o.version, o.retryable, o.reason, tuple((w.version, w.file) for w in o.winners), o.turn)
+    winners = tuple((w.version, w.file) for w in o.winners)
+    return CommitConflict(o.version, o.retryable, o.reason, winners, o.turn, o.pending or None)
 
 
 class _Endpoint:
@@ -130,11 +131,23 @@ class GrpcOwner:
         return _outcome(self._call(lambda stub: stub.Register, request, auth))
 
     def commit(
-        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, turn: bytes | None = None
+        self,
+        table: TableRef,
+        version: int,
+        staged: str,
+        ict: int,
+        auth: Auth,
+        turn: bytes | None = None,
+        *,
+        pending_ok: bool = False,
+        base: str | None = None,
     ) -> CommitResponse:
         request = _staged(table, version, staged, ict)
         if turn:
             request.turn = turn
+        request.accepts_pending = pending_ok
+        if base:
+            request.base = base
         return _outcome(self._call(lambda stub: stub.Commit, request, auth))
 
     def release(self, table: TableRef, version: int, staged: str, ict: int, auth: Auth) -> CommitResponse:

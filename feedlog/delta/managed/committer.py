@@ -74,8 +74,12 @@ class ManagedCommitter:
         self.table = table
         self.auth = auth
         self.attempts = attempts
-        #: the winners a conflict answer named: the rebase that follows reads them without asking again
-        self._hint: tuple[int, tuple[tuple[int, str], ...]] | None = None
+        #: the winners a conflict answer named (and which of them was still being ratified): the
+        #: rebase that follows reads them without asking again
+        self._hint: tuple[int, tuple[tuple[int, str], ...], int | None] | None = None
+        #: (version, staged file) of the commit the last rebase took before it was ratified: the
+        #: next commit names it as its `base`
+        self._base: tuple[int, str] | None = None
 
     def _stage(self, storage: Storage, version: int, data: bytes) -> str:
         name = staged_name(version)
@@ -112,7 +116,7 @@ class ManagedCommitter:
                 if self._backfilled_as(storage, version, data):
                     return Committed(version)
                 storage.delete(f"{COMMITS_DIR}/{staged}")
-                self._hint = (version, response.winners) if response.winners else None
+                self._hint = (version, response.winners, response.pending) if response.winners else None
             failpoints.point("managed.answered")
             return response
         raise Unavailable(
@@ -129,9 +133,20 @@ class ManagedCommitter:
     def commit(
         self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
     ) -> CommitResponse:
+        """With a `turn`, the owner may answer a conflict while the winner is still being ratified
+        (`CommitConflict.pending`): the caller rebases on it (Transaction.commit), and this commit then
+        names it as its base, which the owner checks."""
+        base = self._base[1] if self._base is not None and self._base[0] == version - 1 else None
+        self._base = None
         name, ict = self._stage(storage, version, data), ict_of(actions)
         return self._resolve(
-            storage, version, data, name, lambda: self.owner.commit(self.table, version, name, ict, self.auth, turn)
+            storage,
+            version,
+            data,
+            name,
+            lambda: self.owner.commit(
+                self.table, version, name, ict, self.auth, turn, pending_ok=turn is not None, base=base
+            ),
         )
 
     def end_turn(self, turn: bytes) -> None:
@@ -160,10 +175,14 @@ class ManagedCommitter:
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
         hint, self._hint = self._hint, None
+        self._base = None
         if hint is not None and hint[0] <= start_version <= hint[1][-1][0] + 1:
             # what won the race just lost (all the owner held from that version on), less what the
             # caller found backfilled meanwhile: no second round trip for the rebase
             pairs = [(v, f) for v, f in hint[1] if v >= start_version]
+            pending = hint[2]
+            if pending is not None and pairs and pairs[-1][0] == pending:
+                self._base = pairs[-1]  # still being ratified: the next commit says it built on it
         else:
             found = self.owner.get_commits(self.table, start_version)
             pairs = [(c.version, c.file) for c in found.commits]

@@ -340,10 +340,21 @@ class CommitOwner(TypingProtocol):
         ...
 
     def commit(
-        self, table: TableRef, version: int, staged: str, ict: int, auth: Auth, turn: bytes | None = None
+        self,
+        table: TableRef,
+        version: int,
+        staged: str,
+        ict: int,
+        auth: Auth,
+        turn: bytes | None = None,
+        *,
+        pending_ok: bool = False,
+        base: str | None = None,
     ) -> CommitResponse:
         """Ratify version `version` iff version-1 is the latest ratified. Idempotent for the same staged file.
-        `turn`: the transaction's id, the same on every attempt; writers that lose races take turns."""
+        `turn`: the transaction's id, the same on every attempt; writers that lose races take turns.
+        `pending_ok`: the caller rebases on a commit still being ratified (a conflict's `pending`),
+        and then names its staged file as `base`: ratified only if version-1 is that commit."""
         ...
 
     def end_turn(self, table: TableRef, turn: bytes, auth: Auth) -> bool:

@@ -29,6 +29,7 @@ import hmac
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
@@ -57,7 +58,7 @@ from .places import Places
 from .protocol import FEEDLOG_OWNER, Auth, Binding, Commits, RatifiedCommit, TableRef, TableStatus
 from .rules import RatifyRequest, Refuse, Repeat, TableRow, backfill_due, decide, decide_register, make_proposal
 from .staged import COMMITS_DIR, check_staged_name, clean_staged, staged_actions
-from .turns import Turns, Watch
+from .turns import Pending, Turns, Watch
 
 #: table ids are UUIDs in practice
 _MAX_ID = 1024
@@ -220,6 +221,9 @@ def _land(storage: Storage, path: str, data: bytes) -> bool:
 MAX_BACKFILL_LAG = 1000
 #: threads copying different tables' commits to their logs in one background backfill pass
 COPY_THREADS = 4
+#: tables whose latest ratification (version, staged file) this process remembers, for writers that
+#: rebased on it before it was ratified (`Turns.ahead`) once backfill has forgotten its row
+REMEMBERED_TABLES = 4096
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,8 @@ class _Ratification:
     release: bool
     checked: Binding | FeedlogError | None
     turn: bytes = b""  # the transaction's turn id (turns.py), if it sent one
+    #: the staged file of version-1 the writer rebased on before it was ratified (`Pending`), if so
+    base: str = ""
 
 
 def _hash(token: str) -> str:
@@ -273,6 +279,10 @@ class LocalOwner:
         #: background backfill copies several tables' files at once (COPY_THREADS, started on first use)
         self._copy_pool: ThreadPoolExecutor | None = None
         self._copy_lock = threading.Lock()
+        #: table id -> (version, staged file) of the latest commit this process ratified: a commit
+        #: rebased on it before it was ratified checks against this once backfill forgot its row
+        self._ratified: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._ratified_lock = threading.Lock()
 
     # ---- the database --------------------------------------------------------------------------
 
@@ -464,13 +474,28 @@ class LocalOwner:
         turn: bytes | None = None,
         *,
         watch: Watch | None = None,
+        pending_ok: bool = False,
+        base: str | None = None,
     ) -> CommitResponse:
         """`CommitOwner.commit`; `watch`: how a served owner learns that the call ended (`Turns.admit`)."""
+        if base:
+            _check_name(base, version - 1)
         if not turn:
-            return self._ratify(table, version, staged, ict, auth, release=False)
+            return self._ratify(table, version, staged, ict, auth, release=False, base=base or "")
         Turns.check(turn)
         try:
-            response = self._ratify(table, version, staged, ict, auth, release=False, turn=turn, watch=watch)
+            response = self._ratify(
+                table,
+                version,
+                staged,
+                ict,
+                auth,
+                release=False,
+                turn=turn,
+                watch=watch,
+                pending_ok=pending_ok,
+                base=base or "",
+            )
         except BaseException:
             self.turns.done(table.table_id, turn)
             raise
@@ -503,18 +528,32 @@ class LocalOwner:
         release: bool,
         turn: bytes = b"",
         watch: Watch | None = None,
+        pending_ok: bool = False,
+        base: str = "",
     ) -> CommitResponse:
         _check_numbers(version, ict)
         row = self._table(table)
         self._authorize(row, auth)
         storage = self._storage(row.path)
+        slow = scheme_of(row.path) is not None
         holds = turn  # whose turn the version must not be held against, where it is decided
-        if turn and version <= row.latest + 1:
-            admitted = self.turns.admit(row.id, turn, slow=scheme_of(row.path) is not None, watch=watch)
+        # (a turn told to go next names the version after the one being ratified: it waits for it)
+        if turn and (
+            version <= row.latest + 1 or (base and version == row.latest + 2 and self.turns.is_next(row.id, turn))
+        ):
+            admitted = self.turns.admit(row.id, turn, slow=slow, watch=watch, pending_ok=pending_ok)
+            if isinstance(admitted, Pending):
+                return self._answer_pending(row.id, version, admitted)
             if admitted == "waited":
                 row = self._table(table)  # the versions it waited for are taken now
             elif admitted == "over":
                 holds = b""  # beyond the waiting limit it races, held version or not (turns.admit)
+        if base and version > row.latest + 1:
+            # rebased on a commit named before it was ratified, which was not (its writer failed, or
+            # lost the version after all): the gap is no fault of this writer's, who rebases again
+            return CommitConflict(
+                version, True, f"version {version - 1}, which this commit was rebased on, was not ratified"
+            )
         # The staged file is read and checked here, before the lock and the SQLite transaction:
         # reading is the writer's I/O (a slow disk, a huge or hostile file) and must not hold up
         # other tables' commits. Its verdict is used only where the decision below needs it.
@@ -528,8 +567,13 @@ class LocalOwner:
             checked = self._staged(storage, version, staged, ict, row.id)
         except FeedlogError as e:
             checked = e
+        if turn and not release and version == row.latest + 1 and not isinstance(checked, FeedlogError):
+            # the first in line learns this commit now and rebases on it while it is ratified
+            self.turns.ahead(row.id, turn, Pending(version, staged), slow=slow)
         failpoints.point("owner.admitted")
-        response, before = self._group.submit(_Ratification(row.id, version, staged, ict, release, checked, holds))
+        response, before = self._group.submit(
+            _Ratification(row.id, version, staged, ict, release, checked, holds, base)
+        )
         if before is None:
             return response  # refused, or a repeated request whose first answer was lost
         failpoints.point("owner.ratified")
@@ -567,6 +611,39 @@ class LocalOwner:
         c = outcome.conflict
         return CommitConflict(c.version, c.retryable, c.reason, tuple(winners) if outcome.winners else ())
 
+    def _answer_pending(self, table_id: str, version: int, pending: Pending) -> CommitResponse:
+        """The answer to a request told, while it waited, of the holder's commit being ratified
+        (`Turns.ahead`): the winners from its version up to that commit, which is named `pending`."""
+        winners = [
+            (int(v), str(f))
+            for v, f in self._read(
+                "SELECT version, file FROM commits WHERE table_id = ? AND version >= ? AND version < ? "
+                "ORDER BY version",
+                (table_id, version, pending.version),
+            )
+        ]
+        reason = f"version {pending.version} is being ratified for the writer ahead of this one"
+        winners.append((pending.version, pending.file))
+        return CommitConflict(version, True, reason, tuple(winners), pending=pending.version)
+
+    def _ratified_as(self, db: Tx, table_id: str, version: int, file: str) -> bool:
+        """Whether `version` of the table was ratified with staged file `file`, as far as this process
+        can tell: the database's record, else (backfill forgot it) the latest it ratified itself."""
+        recorded = db.execute(
+            "SELECT file FROM commits WHERE table_id = ? AND version = ?", (table_id, version)
+        ).fetchone()
+        if recorded is not None:
+            return bool(recorded[0] == file)
+        with self._ratified_lock:
+            return self._ratified.get(table_id) == (version, file)
+
+    def _remember(self, table_id: str, version: int, file: str) -> None:
+        with self._ratified_lock:
+            self._ratified[table_id] = (version, file)
+            self._ratified.move_to_end(table_id)
+            while len(self._ratified) > REMEMBERED_TABLES:
+                self._ratified.popitem(last=False)
+
     def _ratify_group(
         self, items: Sequence[_Ratification]
     ) -> list[tuple[CommitResponse, TableRow | None] | BaseException]:
@@ -578,6 +655,9 @@ class LocalOwner:
         with self._write(*sorted({i.table_id for i in items})) as db:
             for item in items:
                 out.append(self._ratify_one(db, item))
+        for item, outcome in zip(items, out, strict=True):  # committed: remembered for `_ratified_as`
+            if isinstance(outcome, tuple) and outcome[1] is not None:
+                self._remember(item.table_id, item.version, item.staged)
         return out
 
     def _ratify_one(self, db: Tx, item: _Ratification) -> tuple[CommitResponse, TableRow | None] | BaseException:
@@ -585,6 +665,15 @@ class LocalOwner:
         if row is None:
             return NotFound(f"table {shorten(item.table_id)} is not managed by this commit owner")
         version = item.version
+        if (
+            item.base
+            and row.latest < version
+            and not (row.latest == version - 1 and self._ratified_as(db, row.id, version - 1, item.base))
+        ):
+            # rebased on a commit named before it was ratified (Turns.ahead), which is not what
+            # version-1 became: the writer rebases again (a taken version is decided as usual below)
+            reason = f"version {version - 1} is not the commit this one was rebased on"
+            return CommitConflict(version, True, reason), None
         recorded = db.execute(
             "SELECT file FROM commits WHERE table_id = ? AND version = ?", (row.id, version)
         ).fetchone()

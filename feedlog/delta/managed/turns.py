@@ -17,6 +17,16 @@ before the turn was given is refused where the version is decided
 (`held_for_another`, retryable). Writers thus take turns, and those in line use
 no CPU and send no requests.
 
+Turns overlap in pairs (`ahead`): once the holder's commit is admitted and its
+staged file checked, the first in line (if its client can rebase on a commit not
+yet ratified: `pending_ok`) is answered at once with that commit, marked
+`Pending`, and its turn is next. Its writer rebases and stages while the
+holder's commit is ratified, not after; its next request waits for the holder
+alone and names the commit it rebased on (`base`), and the owner ratifies it only
+if that commit is what the version before it became (else a retryable
+conflict: the writer rebases on what was ratified, Transaction.commit). With 8
+writers on one table: ~7% more commits/s and a lower p50 (paired runs).
+
 A turn is a courtesy of one owner process, held in memory: the database still
 decides every version, a restarted owner starts with no turns, and a request
 without a `turn` races as before. Nor does it order everything: a writer whose
@@ -38,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ...errors import InvalidArgument, Unavailable
 
@@ -53,11 +63,23 @@ SWEEP_LINES = 64
 SLOW = 10
 
 
+class Pending(NamedTuple):
+    """What the first in line is told while the holder's commit is being ratified (`Turns.ahead`):
+    that commit's version and staged file, to rebase on meanwhile."""
+
+    version: int
+    file: str
+
+
 @dataclass(eq=False)
 class _Waiter:
     turn: bytes
     woken: threading.Condition  # on the line's one lock: a hand-over wakes the first in line, not all
     gone: bool = False  # its call ended (the client cancelled, or its deadline passed): stop waiting
+    #: its client rebases on a commit still being ratified (`admit`'s `pending_ok`)
+    pending_ok: bool = False
+    #: set by `ahead`: the holder's commit this request is answered with before it is ratified
+    ahead: Pending | None = None
 
 
 @dataclass
@@ -65,6 +87,11 @@ class _Line:
     holder: bytes | None = None
     lapses_at: float = 0.0
     waiting: deque[_Waiter] = field(default_factory=deque)
+    #: the turn that goes next, after the holder's (`ahead`); it waits for no one else
+    next: bytes | None = None
+    next_slow: bool = False
+    #: its request, if it is waiting for the holder to finish
+    next_waiter: _Waiter | None = None
 
 
 class Turns:
@@ -92,6 +119,8 @@ class Turns:
         self.waits = 0
         self.lapsed = 0
         self.gone = 0
+        #: requests answered with the holder's commit before it was ratified (`ahead`)
+        self.told = 0
 
     @staticmethod
     def check(turn: bytes) -> None:
@@ -102,6 +131,17 @@ class Turns:
         if line.holder is not None and now >= line.lapses_at:
             line.holder = None
             self.lapsed += 1
+            self._pass_on(line, now)
+
+    def _pass_on(self, line: _Line, now: float | None = None) -> None:
+        """The holder's turn ended: it goes to the turn told to go next (`ahead`), else the first in
+        line is woken to take it."""
+        if line.next is not None:
+            self._give(line, line.next, self._clock() if now is None else now, line.next_slow)
+            line.next = None
+            if line.next_waiter is not None:
+                line.next_waiter.woken.notify()
+        else:
             self._wake_first(line)
 
     @staticmethod
@@ -119,13 +159,17 @@ class Turns:
         *,
         slow: bool = False,
         watch: Watch | None = None,
-    ) -> Literal["go", "waited", "over"]:
+        pending_ok: bool = False,
+    ) -> Literal["go", "waited", "over"] | Pending:
         """Before a request of `turn` may try the table's next version. "go" at once when `turn`
         holds the table's turn or nobody holds or waits for it; "over" at once when too many
         requests wait already (the request races, and may take even a held version: refusing it
         would leave it nothing but to retry until the line drains); otherwise waits in line until
         the turn is `turn`'s or the wait is over, then "waited" (the caller re-reads the latest
-        version, which may have moved meanwhile). `slow`: the table is on an object store, where a
+        version, which may have moved meanwhile). With `pending_ok` (its client rebases on a commit
+        still being ratified), the first in line may instead be answered `Pending` while the
+        holder's commit is ratified (`ahead`); its turn is then next, and its next request waits
+        for the holder alone. `slow`: the table is on an object store, where a
         writer's rebase and staging take longer. `watch(fn)` (a gRPC context's `add_callback`) has
         `fn` called when the request's call ends: a request whose client is gone leaves the line at
         once (`Unavailable`) rather than holding its thread until the wait is over; False from
@@ -136,14 +180,23 @@ class Turns:
             if line is None:
                 return "go"
             self._expire(line, now)
-            if line.holder == turn or (line.holder is None and not line.waiting):
+            if line.holder == turn or (line.holder is None and not line.waiting and line.next is None):
                 return "go"
-            if self._waiters >= self.max_waiters or len(line.waiting) >= self.per_table:
+            if self._waiters >= self.max_waiters or (len(line.waiting) >= self.per_table and line.next != turn):
                 return "over"
-            me = _Waiter(turn, threading.Condition(self._lock))
+            me = _Waiter(turn, threading.Condition(self._lock), pending_ok=pending_ok)
             deadline = now + self.wait_s * (SLOW if slow else 1)
             self._waiters += 1
             self.waits += 1
+            if line.next == turn:  # told to go next: it waits for the holder's commit alone
+                line.next_waiter = me
+                try:
+                    return self._wait_as_next(line, me, now, deadline, watch)
+                finally:
+                    if line.next_waiter is me:
+                        line.next_waiter = None
+                    self._waiters -= 1
+                    self._tidy(table_id, line)
             line.waiting.append(me)
             try:
                 if watch is not None and not watch(lambda: self._gone(me)):
@@ -152,10 +205,12 @@ class Turns:
                     if me.gone:
                         self.gone += 1
                         raise Unavailable("the call ended while it waited for the table's turn")
+                    if me.ahead is not None:
+                        return me.ahead
                     self._expire(line, now)
                     if line.holder == turn:  # the same transaction's earlier request, ahead in line, got it
                         return "waited"
-                    if line.waiting[0] is me and line.holder is None:
+                    if line.waiting[0] is me and line.holder is None and line.next is None:
                         self._give(line, turn, now, slow)
                         return "waited"
                     if now >= deadline:
@@ -172,6 +227,50 @@ class Turns:
                     self._wake_first(line)  # the next in line waits for this turn, or takes a free one
                 self._waiters -= 1
                 self._tidy(table_id, line)
+
+    def _wait_as_next(
+        self, line: _Line, me: _Waiter, now: float, deadline: float, watch: Watch | None
+    ) -> Literal["waited"]:
+        """`admit` for the turn told to go next: wait until the holder's turn ends (committed, ended
+        or lapsed: `_pass_on` gives it this turn) or the wait is over (the caller re-reads the table
+        either way; its request then races like any other)."""
+        if watch is not None and not watch(lambda: self._gone(me)):
+            me.gone = True
+        while True:
+            if me.gone:
+                self.gone += 1
+                raise Unavailable("the call ended while it waited for the table's turn")
+            self._expire(line, now)
+            if line.holder == me.turn or now >= deadline:
+                return "waited"
+            until = min(deadline, line.lapses_at) if line.holder is not None else deadline
+            me.woken.wait(max(until - now, 0.0005))
+            now = self._clock()
+
+    def ahead(self, table_id: str, turn: bytes, pending: Pending, *, slow: bool = False) -> bool:
+        """The holder `turn` is about to ratify `pending` (its staged file checked): the first in line,
+        if its client rebases on commits still being ratified, is answered with it now, and its turn
+        goes next. Its writer rebases and stages while the holder's commit is ratified rather than
+        after (one table's commits overlap in pairs). Whether a waiting request was told."""
+        with self._lock:
+            line = self._lines.get(table_id)
+            if line is None or line.holder != turn or line.next is not None or not line.waiting:
+                return False
+            first = line.waiting[0]
+            if first.gone or not first.pending_ok or first.ahead is not None or first.turn == turn:
+                return False
+            first.ahead = pending
+            self.told += 1
+            line.next, line.next_slow = first.turn, slow
+            first.woken.notify()
+            return True
+
+    def is_next(self, table_id: str, turn: bytes) -> bool:
+        """Whether `turn` was told to go next (`ahead`): its request may name the version after the
+        one being ratified."""
+        with self._lock:
+            line = self._lines.get(table_id)
+            return line is not None and line.next == turn
 
     def _gone(self, me: _Waiter) -> None:
         """A waiting request's call ended (called from gRPC's thread, after the request left the line too)."""
@@ -190,7 +289,9 @@ class Turns:
                 self._sweep(now)
             line = self._lines.setdefault(table_id, _Line())
             self._expire(line, now)
-            if (line.holder is None and not line.waiting) or line.holder == turn:
+            if line.next == turn:  # told to go next (`ahead`): its turn comes when the holder's ends
+                return True
+            if (line.holder is None and not line.waiting and line.next is None) or line.holder == turn:
                 self._give(line, turn, now, slow)
             return line.holder == turn
 
@@ -210,10 +311,18 @@ class Turns:
         the table's turn, the first in line gets it. Whether it held the turn."""
         with self._lock:
             line = self._lines.get(table_id)
-            if line is None or line.holder != turn:
+            if line is None:
+                return False
+            if line.next == turn and line.holder != turn:  # told to go next, and will not come
+                line.next = None
+                if line.holder is None:
+                    self._wake_first(line)
+                self._tidy(table_id, line)
+                return True
+            if line.holder != turn:
                 return False
             line.holder = None
-            self._wake_first(line)
+            self._pass_on(line)
             self._tidy(table_id, line)
             return True
 
@@ -225,5 +334,5 @@ class Turns:
             self._tidy(table_id, line)
 
     def _tidy(self, table_id: str, line: _Line) -> None:
-        if line.holder is None and not line.waiting and self._lines.get(table_id) is line:
+        if line.holder is None and not line.waiting and line.next is None and self._lines.get(table_id) is line:
             del self._lines[table_id]
