@@ -36,7 +36,7 @@ from typing import Protocol as TypingProtocol
 import pyarrow as pa
 
 from ..clock import Clock
-from ..errors import Conflict, FeedlogError, InvalidArgument
+from ..errors import Conflict, FeedlogError, InvalidArgument, NotFound
 from ..version import __version__
 from .actions import (
     APPEND_ONLY,
@@ -360,7 +360,8 @@ class Transaction:
             for attempt in range(1, self.max_attempts + 1):
                 if self.claims and claims_landed(base.txns, self.claims):
                     if provisional:  # landed in a commit not yet ratified, perhaps never: ask what was
-                        base = settled = self._rebase(settled, settled.version + 1)
+                        self._forget_answer()
+                        base = settled = self._rebase(settled)
                         provisional = False
                     if claims_landed(base.txns, self.claims):
                         return CommitResult(None, attempts=attempt, skipped=True)
@@ -382,13 +383,15 @@ class Transaction:
                     raise Conflict(f"version 0 was taken: {response.reason}")
                 start = settled if provisional else base
                 try:
-                    base = self._rebase(start, version)  # raises on a real conflict, even after the last attempt
+                    base = self._rebase(start)  # raises on a real conflict, even after the last attempt
                     provisional = response.pending is not None
-                except ConcurrentModification:
+                except (ConcurrentModification, NotFound):
                     if response.pending is None:
                         raise
-                    # perhaps with the commit not yet ratified: decide on ratified commits alone
-                    base, provisional = self._rebase(start, version), False
+                    # a conflict with the commit not yet ratified, or its file gone (it was refused,
+                    # its writer gave up): decide on ratified commits alone
+                    self._forget_answer()
+                    base, provisional = self._rebase(start), False
                 if not provisional:
                     settled = base
                 # Retry at once, with at most a millisecond of jitter: a loser that backs off longer comes
@@ -401,6 +404,13 @@ class Transaction:
             if holds_turn:
                 self._end_turn()
 
+    def _forget_answer(self) -> None:
+        """Have the next rebase ask what is ratified rather than use the last conflict answer's winners
+        (`Router.forget_answer`; other committers keep no answer)."""
+        forget = getattr(self.committer, "forget_answer", None)
+        if forget is not None:
+            forget()
+
     def _end_turn(self) -> None:
         """Pass the table's turn on (`Router.end_turn`); committers without turns have no `end_turn`.
         Never raises: the turn lapses anyway, and what the commit raised is what the caller must see."""
@@ -409,8 +419,9 @@ class Transaction:
             with contextlib.suppress(FeedlogError):
                 end()
 
-    def _rebase(self, base: TableState, lost: int) -> TableState:
-        """`base` plus the commits that won, each checked for a conflict with this transaction."""
+    def _rebase(self, base: TableState) -> TableState:
+        """`base` plus the commits after it (those that won), each checked for a conflict with this
+        transaction."""
 
         def ratified(_p: Protocol | None, _m: Metadata | None, start: int) -> list[tuple[int, FileInfo]]:
             return self.committer.ratified_commits(self.storage, start)
@@ -421,7 +432,7 @@ class Transaction:
         # the log changed under us in a way only a full listing untangles
         listing = list_table(self.storage, ratified)
         rebased = base.copy()
-        for v in range(lost, listing.latest + 1):
+        for v in range(base.version + 1, listing.latest + 1):
             winner = read_commit(self.storage, listing, v)
             self.check_winner(v, winner)
             rebased.apply(v, winner)

@@ -680,18 +680,29 @@ def test_a_commit_names_the_base_it_was_rebased_on_and_only_that_base_is_ratifie
     owner.settle()
 
 
+@pytest.mark.parametrize("gone", [False, True], ids=["file-kept", "file-gone"])
 def test_a_transaction_told_of_a_commit_that_then_fails_rebases_on_what_was_ratified(
-    owner: Owner, monkeypatch: pytest.MonkeyPatch
+    owner: Owner, monkeypatch: pytest.MonkeyPatch, gone: bool
 ) -> None:
     """Through the table API: an append waits behind a holder, is told of the holder's commit, rebases
     on it and stages the version after it; the holder's ratification fails; the append is refused,
     rebases on what was ratified and commits the version the holder never took, with its own rows
-    and none of the holder's."""
+    and none of the holder's. `gone`: the holder's staged file is deleted before the append reads it
+    (its writer was refused and cleaned up), and the append rebases on what was ratified at once."""
     t = owner.create(batch_size=100)
     turns = owner.turns
     turns.grant_s = turns.wait_s = 30
     gate = _Gate(owner, monkeypatch)
     ref, auth, ict, stage = _stager(t)
+    if gone:
+        real_ahead = turns.ahead
+
+        def ahead(table_id: str, turn: bytes, pending: Pending, *, slow: bool = False) -> bool:
+            if turn == b"B":  # B's commit: refused and cleaned up, as far as the writer told of it sees
+                t.storage.delete(f"{COMMITS_DIR}/{pending.file}")
+            return real_ahead(table_id, turn, pending, slow=slow)
+
+        monkeypatch.setattr(turns, "ahead", ahead)
     writer = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
     writer.version()
     assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
@@ -704,14 +715,139 @@ def test_a_transaction_told_of_a_commit_that_then_fails_rebases_on_what_was_rati
     gate.fail = True
     holder: list[Any] = []
     b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
-    wait_until(lambda: turns.waits > waits + 1, what="the append, rebased on B's commit, waits for it")
+    wait_until(
+        lambda: turns.waits > waits + 1 or bool(appended), what="the append, rebased on B's commit, waits for it"
+    )
+    assert not appended, appended
     gate.opened.set()
     b.join(15)
     w.join(30)
     assert [type(e) for e in holder] == [Unavailable]
     [result] = appended
     assert not isinstance(result, BaseException), result
-    assert result.version == 2 and result.attempts == 3
+    # file kept: told (1), refused at version 3 (2), committed (3); gone: told (1), committed (2)
+    assert result.version == 2 and result.attempts == (2 if gone else 3)
     fresh = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
     assert fresh.version() == 2 and fresh.to_arrow().column("id").to_pylist() == [42]
+    owner.settle()
+
+
+def _stage_with_txn(t: DeltaTable, version: int, ict: int, app_id: str, txn_version: int) -> str:
+    """A staged commit carrying a txn action (what a job's idempotent append writes)."""
+    name = staged_name(version)
+    lines = [
+        {"commitInfo": {"inCommitTimestamp": ict, "timestamp": ict, "operation": "WRITE"}},
+        {"txn": {"appId": app_id, "version": txn_version, "lastUpdated": ict}},
+    ]
+    t.storage.put_if_absent(f"{COMMITS_DIR}/{name}", "".join(json.dumps(x) + "\n" for x in lines).encode())
+    return name
+
+
+def test_claims_seen_only_in_a_commit_not_yet_ratified_do_not_skip_a_transaction(
+    owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's commit claims txn version 5 of `job` (after 4); the commit it is told of (still being
+    ratified) carries it, then fails. Had the transaction trusted that commit it would have been
+    skipped and its work lost: it decides on ratified commits alone and commits."""
+    t = owner.create(batch_size=100)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    gate = _Gate(owner, monkeypatch)
+    ref, auth, ict, stage = _stager(t)
+    writer = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    writer.version()
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    waits = turns.waits
+    appended: list[Any] = []
+    tx = writer.transaction("WRITE")
+    tx.set_txn("job", 5, since=4)
+    w = _thread(lambda: writer.commit(tx), appended)
+    wait_until(lambda: turns.waits > waits, what="the append waits in line behind B")
+    gate.staged = b2 = _stage_with_txn(t, 2, ict + 4, "job", 5)
+    gate.fail = True
+    holder: list[Any] = []
+    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    wait_until(lambda: turns.waits > waits + 1 or bool(appended), what="the append waits for B's commit")
+    gate.opened.set()
+    b.join(15)
+    w.join(30)
+    [result] = appended
+    assert not isinstance(result, BaseException), result
+    assert not result.skipped and result.version == 2
+    fresh = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    assert fresh.version() == 2 and fresh.snapshot().txn_version("job") == 5
+
+
+def test_what_a_failed_transaction_was_told_is_seen_by_no_later_read_or_transaction(
+    owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append told of B's commit (not yet ratified) finds a real conflict in a backfilled commit
+    and raises; B's commit then fails. The handle's next read and next transaction see the table as
+    ratified: no phantom version 2, and a claim B's commit carried is not taken as landed."""
+    t = owner.create(batch_size=1)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    gate = _Gate(owner, monkeypatch)
+    ref, auth, ict, stage = _stager(t)
+    writer = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    other = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
+    writer.version()
+    tx, ot = writer.transaction("WRITE"), other.transaction("WRITE")
+    tx.set_txn("job", 1)
+    ot.set_txn("job", 1)
+    assert other.commit(ot).version == 1  # backfilled at once (batch size 1): the conflict is in the log
+    owner.settle()
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    waits = turns.waits
+    out: list[Any] = []
+    w = _thread(lambda: writer.commit(tx), out)
+    wait_until(lambda: turns.waits > waits, what="the transaction waits in line behind B")
+    gate.staged = b2 = _stage_with_txn(t, 2, ict + 4, "job2", 5)
+    gate.fail = True
+    holder: list[Any] = []
+    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    w.join(30)
+    assert [type(e) for e in out] == [ConcurrentModification]
+    gate.opened.set()
+    b.join(15)
+    assert [type(e) for e in holder] == [Unavailable]
+    assert writer.version() == 1
+    again = writer.transaction("WRITE")
+    again.set_txn("job2", 5, since=4)
+    result = writer.commit(again)
+    assert not result.skipped and result.version == 2
+    owner.settle()
+
+
+def test_a_repeat_of_a_ratified_commit_told_of_the_next_holders_commit_is_answered_committed(
+    owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's commit of version 2 is ratified but its answer lost; D lost version 2 meanwhile and holds
+    the turn. B's client asks again with the same staged file; the repeat waits in line and is first
+    when D's commit is admitted: it is answered committed, and B's file (a ratified commit) is kept."""
+    t = owner.create(batch_size=100)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    gate = _Gate(owner, monkeypatch)
+    ref, auth, ict, stage = _stager(t)
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    b2 = stage(2, ict + 4)
+    assert owner.api.commit(ref, 2, b2, ict + 4, auth, b"B") == Committed(2)  # its answer is lost
+    assert isinstance(owner.api.commit(ref, 2, stage(2, ict + 5), ict + 5, auth, b"D"), CommitConflict)
+    waits = turns.waits
+    repeat: list[Any] = []
+    r = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B", pending_ok=True), repeat)
+    wait_until(lambda: turns.waits > waits, what="B's repeat waits in line behind D")
+    gate.staged = d3 = stage(3, ict + 6)
+    holder: list[Any] = []
+    d = _thread(lambda: owner.api.commit(ref, 3, d3, ict + 6, auth, b"D"), holder)
+    r.join(15)
+    assert repeat == [Committed(2)]
+    gate.opened.set()
+    d.join(15)
+    assert holder == [Committed(3)]
+    assert (Path(t.storage.location) / COMMITS_DIR / b2).exists()
+    assert DeltaTable.open(t.storage.location, owner_token=t.owner_token).version() == 3
     owner.settle()

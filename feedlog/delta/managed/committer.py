@@ -74,12 +74,6 @@ class ManagedCommitter:
         self.table = table
         self.auth = auth
         self.attempts = attempts
-        #: the winners a conflict answer named (and which of them was still being ratified): the
-        #: rebase that follows reads them without asking again
-        self._hint: tuple[int, tuple[tuple[int, str], ...], int | None] | None = None
-        #: (version, staged file) of the commit the last rebase took before it was ratified: the
-        #: next commit names it as its `base`
-        self._base: tuple[int, str] | None = None
 
     def _stage(self, storage: Storage, version: int, data: bytes) -> str:
         name = staged_name(version)
@@ -116,7 +110,6 @@ class ManagedCommitter:
                 if self._backfilled_as(storage, version, data):
                     return Committed(version)
                 storage.delete(f"{COMMITS_DIR}/{staged}")
-                self._hint = (version, response.winners, response.pending) if response.winners else None
             failpoints.point("managed.answered")
             return response
         raise Unavailable(
@@ -131,13 +124,17 @@ class ManagedCommitter:
             return False
 
     def commit(
-        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], turn: bytes | None = None
+        self,
+        storage: Storage,
+        version: int,
+        data: bytes,
+        actions: Sequence[Action],
+        turn: bytes | None = None,
+        base: str | None = None,
     ) -> CommitResponse:
         """With a `turn`, the owner may answer a conflict while the winner is still being ratified
-        (`CommitConflict.pending`): the caller rebases on it (Transaction.commit), and this commit then
-        names it as its base, which the owner checks."""
-        base = self._base[1] if self._base is not None and self._base[0] == version - 1 else None
-        self._base = None
+        (`CommitConflict.pending`): the caller rebases on it (Transaction.commit), and its next commit
+        names that commit's staged file as its `base`, which the owner checks."""
         name, ict = self._stage(storage, version, data), ict_of(actions)
         return self._resolve(
             storage,
@@ -174,28 +171,18 @@ class ManagedCommitter:
         )
 
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
-        hint, self._hint = self._hint, None
-        self._base = None
-        if hint is not None and hint[0] <= start_version <= hint[1][-1][0] + 1:
-            # what won the race just lost (all the owner held from that version on), less what the
-            # caller found backfilled meanwhile: no second round trip for the rebase
-            pairs = [(v, f) for v, f in hint[1] if v >= start_version]
-            pending = hint[2]
-            if pending is not None and pairs and pairs[-1][0] == pending:
-                self._base = pairs[-1]  # still being ratified: the next commit says it built on it
-        else:
-            found = self.owner.get_commits(self.table, start_version)
-            pairs = [(c.version, c.file) for c in found.commits]
-            # Versions from start_version up to the owner's latest that it no longer tracks were
-            # backfilled (and forgotten) after the caller listed the log: the owner forgets a commit
-            # only once its `_delta_log/<v>.json` exists, and it reads its latest before its commits.
-            # Without them a writer would build on a stale version and lose to, say, its own commit.
-            first = pairs[0][0] if pairs else found.latest + 1
-            gone = range(max(start_version, 0), min(first, found.latest + 1))
-            if gone:
-                return [(v, FileInfo(commit_path(v), None, None)) for v in gone] + [
-                    (v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs
-                ]
+        found = self.owner.get_commits(self.table, start_version)
+        pairs = [(c.version, c.file) for c in found.commits]
+        # Versions from start_version up to the owner's latest that it no longer tracks were
+        # backfilled (and forgotten) after the caller listed the log: the owner forgets a commit
+        # only once its `_delta_log/<v>.json` exists, and it reads its latest before its commits.
+        # Without them a writer would build on a stale version and lose to, say, its own commit.
+        first = pairs[0][0] if pairs else found.latest + 1
+        gone = range(max(start_version, 0), min(first, found.latest + 1))
+        if gone:
+            return [(v, FileInfo(commit_path(v), None, None)) for v in gone] + [
+                (v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs
+            ]
         return [(v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs]
 
     def backfill(self, version: int | None = None) -> int:
@@ -224,8 +211,26 @@ class Router:
         #: names the transaction (a Router serves one) to its owner, the same on every attempt:
         #: writers that lose races take turns (turns.py)
         self.turn = os.urandom(16)
+        #: the winners the last conflict answer named, and which of them was still being ratified:
+        #: the rebase that follows reads them without asking again. This transaction's alone (a
+        #: table handle's committers serve every transaction and read on it): a commit named
+        #: before it was ratified, which may never be, is seen by no one else.
+        self._hint: tuple[int, tuple[tuple[int, str], ...], int | None] | None = None
+        #: (version, staged file) of the commit the last rebase took before it was ratified: the
+        #: next commit names it as its `base`
+        self._base: tuple[int, str] | None = None
 
     def commit(self, storage: Storage, version: int, data: bytes, actions: Sequence[Action]) -> CommitResponse:
+        base = self._base[1] if self._base is not None and self._base[0] == version - 1 else None
+        self._hint = self._base = None
+        response = self._commit(storage, version, data, actions, base)
+        if isinstance(response, CommitConflict) and response.winners:
+            self._hint = (version, response.winners, response.pending)
+        return response
+
+    def _commit(
+        self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], base: str | None
+    ) -> CommitResponse:
         protocol = next((a for a in actions if isinstance(a, Protocol)), self.protocol)
         metadata = next((a for a in actions if isinstance(a, Metadata)), self.metadata)
         try:
@@ -244,14 +249,27 @@ class Router:
         committer = self.committer_for(self.before, self.metadata.id, False)
         if how is Route.RELEASE:
             return committer.release(storage, version, data, actions)
-        return committer.commit(storage, version, data, actions, self.turn)
+        return committer.commit(storage, version, data, actions, self.turn, base)
 
     def end_turn(self) -> None:
         """This transaction was given its table's turn and will not commit after all (Transaction.commit)."""
         if self.before is not None and self.metadata is not None:
             self.committer_for(self.before, self.metadata.id, False).end_turn(self.turn)
 
+    def forget_answer(self) -> None:
+        """Rebase without the last conflict answer's winners: ask the owner what is ratified."""
+        self._hint = self._base = None
+
     def ratified_commits(self, storage: Storage, start_version: int) -> list[tuple[int, FileInfo]]:
+        hint, self._hint, self._base = self._hint, None, None
         if self.before is None or self.metadata is None:
             return []
+        if hint is not None and hint[0] <= start_version <= hint[1][-1][0] + 1:
+            # what won the race just lost (all the owner held from that version on), less what the
+            # caller found backfilled meanwhile: no second round trip for the rebase
+            pairs = [(v, f) for v, f in hint[1] if v >= start_version]
+            pending = hint[2]
+            if pending is not None and pairs and pairs[-1][0] == pending:
+                self._base = pairs[-1]  # still being ratified: the next commit says it built on it
+            return [(v, FileInfo(f"{COMMITS_DIR}/{f}", None, None)) for v, f in pairs]
         return self.committer_for(self.before, self.metadata.id, False).ratified_commits(storage, start_version)

@@ -537,12 +537,19 @@ class LocalOwner:
         storage = self._storage(row.path)
         slow = scheme_of(row.path) is not None
         holds = turn  # whose turn the version must not be held against, where it is decided
+        if turn and base and version == row.latest + 2 and not self.turns.is_next(row.id, turn):
+            row = self._table(table)  # the commit it rebased on may have been ratified just now
         # (a turn told to go next names the version after the one being ratified: it waits for it)
         if turn and (
             version <= row.latest + 1 or (base and version == row.latest + 2 and self.turns.is_next(row.id, turn))
         ):
             admitted = self.turns.admit(row.id, turn, slow=slow, watch=watch, pending_ok=pending_ok)
             if isinstance(admitted, Pending):
+                row = self._table(table)
+                if version <= row.latest:  # a repeat of a request whose answer was lost is answered
+                    taken = self._answer_taken(row, RatifyRequest(version, staged, ict, release, None, None))
+                    if isinstance(taken, Committed):  # as ever: committed (its file is a commit)
+                        return taken
                 return self._answer_pending(row.id, version, admitted)
             if admitted == "waited":
                 row = self._table(table)  # the versions it waited for are taken now
