@@ -580,6 +580,20 @@ class _Gate:
         monkeypatch.setattr(local._group, "submit", submit)
 
 
+def _pipelined(
+    owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> tuple[DeltaTable, Turns, _Gate, TableRef, Auth, int, Callable[[int, int], str]]:
+    """A table whose turns do not lapse in a test's time, its owner's ratifications behind a `_Gate`,
+    and a stager for it (`_stager`); A has committed version 1, and B, which lost it, holds version 2."""
+    t = owner.create(batch_size=100)
+    turns = owner.turns
+    turns.grant_s = turns.wait_s = 30
+    ref, auth, ict, stage = _stager(t)
+    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
+    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    return t, turns, _Gate(owner, monkeypatch), ref, auth, ict, stage
+
+
 def _thread(fn: Callable[[], Any], out: list[Any]) -> threading.Thread:
     def run() -> None:
         try:
@@ -595,13 +609,7 @@ def _thread(fn: Callable[[], Any], out: list[Any]) -> threading.Thread:
 def test_the_writer_behind_the_holder_rebases_on_its_commit_while_it_is_ratified(
     owner: Owner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    t = owner.create(batch_size=100)
-    turns = owner.turns
-    turns.grant_s = turns.wait_s = 30
-    gate = _Gate(owner, monkeypatch)
-    ref, auth, ict, stage = _stager(t)
-    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
-    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    _, turns, gate, ref, auth, ict, stage = _pipelined(owner, monkeypatch)
     told: list[Any] = []
     waits = turns.waits
     c2 = stage(2, ict + 3)
@@ -636,13 +644,7 @@ def test_a_commit_rebased_on_a_commit_that_was_never_ratified_is_refused_as_retr
     """The holder's ratification fails after the writer behind it was told of it: that writer's
     commit, rebased on it, is refused with a conflict it can retry (not a gap it cannot), and its
     rebase on what was ratified then commits."""
-    t = owner.create(batch_size=100)
-    turns = owner.turns
-    turns.grant_s = turns.wait_s = 30
-    gate = _Gate(owner, monkeypatch)
-    ref, auth, ict, stage = _stager(t)
-    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
-    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    t, turns, gate, ref, auth, ict, stage = _pipelined(owner, monkeypatch)
     told: list[Any] = []
     waits = turns.waits
     asked = _thread(lambda: owner.api.commit(ref, 2, stage(2, ict + 3), ict + 3, auth, b"C", pending_ok=True), told)
@@ -689,11 +691,7 @@ def test_a_transaction_told_of_a_commit_that_then_fails_rebases_on_what_was_rati
     rebases on what was ratified and commits the version the holder never took, with its own rows
     and none of the holder's. `gone`: the holder's staged file is deleted before the append reads it
     (its writer was refused and cleaned up), and the append rebases on what was ratified at once."""
-    t = owner.create(batch_size=100)
-    turns = owner.turns
-    turns.grant_s = turns.wait_s = 30
-    gate = _Gate(owner, monkeypatch)
-    ref, auth, ict, stage = _stager(t)
+    t, turns, gate, ref, auth, ict, stage = _pipelined(owner, monkeypatch)
     if gone:
         real_ahead = turns.ahead
 
@@ -705,8 +703,6 @@ def test_a_transaction_told_of_a_commit_that_then_fails_rebases_on_what_was_rati
         monkeypatch.setattr(turns, "ahead", ahead)
     writer = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
     writer.version()
-    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
-    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
     waits = turns.waits
     appended: list[Any] = []
     w = _thread(lambda: writer.append(batch([42], "w")), appended)  # its version 1 is taken: it waits
@@ -749,15 +745,9 @@ def test_claims_seen_only_in_a_commit_not_yet_ratified_do_not_skip_a_transaction
     """A job's commit claims txn version 5 of `job` (after 4); the commit it is told of (still being
     ratified) carries it, then fails. Had the transaction trusted that commit it would have been
     skipped and its work lost: it decides on ratified commits alone and commits."""
-    t = owner.create(batch_size=100)
-    turns = owner.turns
-    turns.grant_s = turns.wait_s = 30
-    gate = _Gate(owner, monkeypatch)
-    ref, auth, ict, stage = _stager(t)
+    t, turns, gate, ref, auth, ict, _ = _pipelined(owner, monkeypatch)
     writer = DeltaTable.open(t.storage.location, owner_token=t.owner_token)
     writer.version()
-    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
-    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
     waits = turns.waits
     appended: list[Any] = []
     tx = writer.transaction("WRITE")
@@ -826,13 +816,7 @@ def test_a_repeat_of_a_ratified_commit_told_of_the_next_holders_commit_is_answer
     """B's commit of version 2 is ratified but its answer lost; D lost version 2 meanwhile and holds
     the turn. B's client asks again with the same staged file; the repeat waits in line and is first
     when D's commit is admitted: it is answered committed, and B's file (a ratified commit) is kept."""
-    t = owner.create(batch_size=100)
-    turns = owner.turns
-    turns.grant_s = turns.wait_s = 30
-    gate = _Gate(owner, monkeypatch)
-    ref, auth, ict, stage = _stager(t)
-    assert owner.api.commit(ref, 1, stage(1, ict + 1), ict + 1, auth, b"A") == Committed(1)
-    assert isinstance(owner.api.commit(ref, 1, stage(1, ict + 2), ict + 2, auth, b"B"), CommitConflict)
+    t, turns, gate, ref, auth, ict, stage = _pipelined(owner, monkeypatch)
     b2 = stage(2, ict + 4)
     assert owner.api.commit(ref, 2, b2, ict + 4, auth, b"B") == Committed(2)  # its answer is lost
     assert isinstance(owner.api.commit(ref, 2, stage(2, ict + 5), ict + 5, auth, b"D"), CommitConflict)

@@ -199,12 +199,9 @@ class Turns:
                     self._tidy(table_id, line)
             line.waiting.append(me)
             try:
-                if watch is not None and not watch(lambda: self._gone(me)):
-                    me.gone = True
+                self._watch(me, watch)
                 while True:
-                    if me.gone:
-                        self.gone += 1
-                        raise Unavailable("the call ended while it waited for the table's turn")
+                    self._leave_if_gone(me)
                     if me.ahead is not None:
                         return me.ahead
                     self._expire(line, now)
@@ -234,12 +231,9 @@ class Turns:
         """`admit` for the turn told to go next: wait until the holder's turn ends (committed, ended
         or lapsed: `_pass_on` gives it this turn) or the wait is over (the caller re-reads the table
         either way; its request then races like any other)."""
-        if watch is not None and not watch(lambda: self._gone(me)):
-            me.gone = True
+        self._watch(me, watch)
         while True:
-            if me.gone:
-                self.gone += 1
-                raise Unavailable("the call ended while it waited for the table's turn")
+            self._leave_if_gone(me)
             self._expire(line, now)
             if line.holder == me.turn or now >= deadline:
                 return "waited"
@@ -271,6 +265,16 @@ class Turns:
         with self._lock:
             line = self._lines.get(table_id)
             return line is not None and line.next == turn
+
+    def _watch(self, me: _Waiter, watch: Watch | None) -> None:
+        """Have `watch` mark the waiting request gone when its call ends (at once if it has)."""
+        if watch is not None and not watch(lambda: self._gone(me)):
+            me.gone = True
+
+    def _leave_if_gone(self, me: _Waiter) -> None:
+        if me.gone:
+            self.gone += 1
+            raise Unavailable("the call ended while it waited for the table's turn")
 
     def _gone(self, me: _Waiter) -> None:
         """A waiting request's call ended (called from gRPC's thread, after the request left the line too)."""
