@@ -564,6 +564,7 @@ class _Gate:
     def __init__(self, owner: Owner, monkeypatch: pytest.MonkeyPatch) -> None:
         local = owner.server.owner if owner.server is not None else owner.api
         assert isinstance(local, LocalOwner)
+        self.api = owner.api
         self.staged: str | None = None
         self.entered, self.opened = threading.Event(), threading.Event()
         self.fail = False
@@ -578,6 +579,15 @@ class _Gate:
             return real(item)
 
         monkeypatch.setattr(local._group, "submit", submit)
+
+    def commit(
+        self, ref: TableRef, version: int, staged: str, ict: int, auth: Auth, turn: bytes, *, fail: bool = False
+    ) -> tuple[threading.Thread, list[Any]]:
+        """The holder's commit of `staged`, in a thread of its own, held at this gate (and failing
+        there if `fail`): the thread, and the list its answer (or error) goes to."""
+        self.staged, self.fail = staged, fail
+        out: list[Any] = []
+        return _thread(lambda: self.api.commit(ref, version, staged, ict, auth, turn), out), out
 
 
 def _pipelined(
@@ -616,9 +626,8 @@ def test_the_writer_behind_the_holder_rebases_on_its_commit_while_it_is_ratified
     asked = _thread(lambda: owner.api.commit(ref, 2, c2, ict + 3, auth, b"C", pending_ok=True), told)
     wait_until(lambda: turns.waits > waits, what="C waits in line behind B")
 
-    gate.staged = b2 = stage(2, ict + 4)
-    holder: list[Any] = []
-    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    b2 = stage(2, ict + 4)
+    b, holder = gate.commit(ref, 2, b2, ict + 4, auth, b"B")
     assert gate.entered.wait(30)
     asked.join(15)  # answered while B's commit is held before its ratification
     [answer] = told
@@ -649,10 +658,8 @@ def test_a_commit_rebased_on_a_commit_that_was_never_ratified_is_refused_as_retr
     waits = turns.waits
     asked = _thread(lambda: owner.api.commit(ref, 2, stage(2, ict + 3), ict + 3, auth, b"C", pending_ok=True), told)
     wait_until(lambda: turns.waits > waits, what="C waits in line behind B")
-    gate.staged = b2 = stage(2, ict + 4)
-    gate.fail = True
-    holder: list[Any] = []
-    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    b2 = stage(2, ict + 4)
+    b, holder = gate.commit(ref, 2, b2, ict + 4, auth, b"B", fail=True)
     asked.join(15)
     assert told and told[0].pending == 2
     gate.opened.set()
@@ -707,10 +714,8 @@ def test_a_transaction_told_of_a_commit_that_then_fails_rebases_on_what_was_rati
     appended: list[Any] = []
     w = _thread(lambda: writer.append(batch([42], "w")), appended)  # its version 1 is taken: it waits
     wait_until(lambda: turns.waits > waits, what="the append waits in line behind B")
-    gate.staged = b2 = stage(2, ict + 4)
-    gate.fail = True
-    holder: list[Any] = []
-    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    b2 = stage(2, ict + 4)
+    b, holder = gate.commit(ref, 2, b2, ict + 4, auth, b"B", fail=True)
     wait_until(
         lambda: turns.waits > waits + 1 or bool(appended), what="the append, rebased on B's commit, waits for it"
     )
@@ -754,14 +759,13 @@ def test_claims_seen_only_in_a_commit_not_yet_ratified_do_not_skip_a_transaction
     tx.set_txn("job", 5, since=4)
     w = _thread(lambda: writer.commit(tx), appended)
     wait_until(lambda: turns.waits > waits, what="the append waits in line behind B")
-    gate.staged = b2 = _stage_with_txn(t, 2, ict + 4, "job", 5)
-    gate.fail = True
-    holder: list[Any] = []
-    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    b2 = _stage_with_txn(t, 2, ict + 4, "job", 5)
+    b, holder = gate.commit(ref, 2, b2, ict + 4, auth, b"B", fail=True)
     wait_until(lambda: turns.waits > waits + 1 or bool(appended), what="the append waits for B's commit")
     gate.opened.set()
     b.join(15)
     w.join(30)
+    assert [type(e) for e in holder] == [Unavailable]  # B's commit, carrying the claim, never landed
     [result] = appended
     assert not isinstance(result, BaseException), result
     assert not result.skipped and result.version == 2
@@ -793,10 +797,8 @@ def test_what_a_failed_transaction_was_told_is_seen_by_no_later_read_or_transact
     out: list[Any] = []
     w = _thread(lambda: writer.commit(tx), out)
     wait_until(lambda: turns.waits > waits, what="the transaction waits in line behind B")
-    gate.staged = b2 = _stage_with_txn(t, 2, ict + 4, "job2", 5)
-    gate.fail = True
-    holder: list[Any] = []
-    b = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B"), holder)
+    b2 = _stage_with_txn(t, 2, ict + 4, "job2", 5)
+    b, holder = gate.commit(ref, 2, b2, ict + 4, auth, b"B", fail=True)
     w.join(30)
     assert [type(e) for e in out] == [ConcurrentModification]
     gate.opened.set()
@@ -824,9 +826,8 @@ def test_a_repeat_of_a_ratified_commit_told_of_the_next_holders_commit_is_answer
     repeat: list[Any] = []
     r = _thread(lambda: owner.api.commit(ref, 2, b2, ict + 4, auth, b"B", pending_ok=True), repeat)
     wait_until(lambda: turns.waits > waits, what="B's repeat waits in line behind D")
-    gate.staged = d3 = stage(3, ict + 6)
-    holder: list[Any] = []
-    d = _thread(lambda: owner.api.commit(ref, 3, d3, ict + 6, auth, b"D"), holder)
+    d3 = stage(3, ict + 6)
+    d, holder = gate.commit(ref, 3, d3, ict + 6, auth, b"D")
     r.join(15)
     assert repeat == [Committed(2)]
     gate.opened.set()

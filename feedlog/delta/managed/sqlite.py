@@ -537,12 +537,11 @@ class LocalOwner:
         storage = self._storage(row.path)
         slow = scheme_of(row.path) is not None
         holds = turn  # whose turn the version must not be held against, where it is decided
-        if turn and base and version == row.latest + 2 and not self.turns.is_next(row.id, turn):
+        # a turn told to go next names the version after the one being ratified: it waits for it
+        told = bool(turn and base) and version == row.latest + 2 and self.turns.is_next(row.id, turn)
+        if turn and base and version == row.latest + 2 and not told:
             row = self._table(table)  # the commit it rebased on may have been ratified just now
-        # (a turn told to go next names the version after the one being ratified: it waits for it)
-        if turn and (
-            version <= row.latest + 1 or (base and version == row.latest + 2 and self.turns.is_next(row.id, turn))
-        ):
+        if turn and (version <= row.latest + 1 or told):
             admitted = self.turns.admit(row.id, turn, slow=slow, watch=watch, pending_ok=pending_ok)
             if isinstance(admitted, Pending):
                 row = self._table(table)
