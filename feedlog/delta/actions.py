@@ -145,6 +145,8 @@ class Metadata:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Metadata:
         fmt = d.get("format") or {}
+        if not isinstance(fmt, Mapping):
+            raise TypeError(f"format is not an object: {fmt!r}")
         known = {
             "id",
             "name",
@@ -432,7 +434,9 @@ def decode_commit(data: bytes, version: int, ict_only: bool = False) -> list[Act
         text = data.decode()
     except UnicodeDecodeError as e:
         raise Corruption(f"commit {version} is not UTF-8: {e}") from None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" alone (a "\r" before it is JSON whitespace): str.splitlines would also
+    # break a line at characters a JSON string may hold unescaped (U+0085, U+2028, ...)
+    for lineno, line in enumerate(text.split("\n"), 1):
         try:  # the C scanner alone, without json.loads' per-call checks (10,000 commits: it adds up)
             obj, end = _scan_once(line, 0)
             if end != len(line):
@@ -467,8 +471,9 @@ def decode_commit(data: bytes, version: int, ict_only: bool = False) -> list[Act
         for kind, body in known:
             if not isinstance(body, dict):
                 raise Corruption(f"commit {version} line {lineno}: {kind} is not an object")
+            parse = _ict_only if ict_only and kind == "commitInfo" else _PARSERS[kind]
             try:
-                out.append(_PARSERS[kind](body))
+                out.append(parse(body))
             except (KeyError, TypeError, ValueError) as e:
                 raise Corruption(f"commit {version} line {lineno}: bad {kind} action ({e!r})") from None
     return out
