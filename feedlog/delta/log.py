@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import Corruption, FeedlogError, NotFound, Unavailable
-from . import checkpoint
+from . import checkpoint, fast_commit
 from .actions import MANAGED_COMMITS, Action, Add, Metadata, Protocol, Remove, decode_commit
 from .committer import LOG_DIR, commit_path
 from .managed.protocol import OwnerNotConsulted
@@ -133,7 +133,9 @@ def _listing(storage: Storage, names: list[FileInfo]) -> Listing:
     parts: dict[tuple[int, int], dict[int, FileInfo]] = {}
     for info in names:
         name = info.path.rsplit("/", 1)[-1]
-        if m := _COMMIT.fullmatch(name):
+        if len(name) == 25 and name.endswith(".json") and name[:20].isdecimal():  # _COMMIT, without the regex
+            commits[int(name[:20])] = info
+        elif m := _COMMIT.fullmatch(name):
             commits[int(m.group(1))] = info
         elif m := _CLASSIC.fullmatch(name):
             found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "classic", (info,)))
@@ -298,7 +300,8 @@ def decoded_commit(storage: Storage, version: int, data: bytes | FeedlogError, i
             raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
     elif isinstance(data, FeedlogError):
         raise data
-    return decode_commit(data, version, ict_only)
+    fast = fast_commit.decode(data, ict_only)  # the common commit; None: the reference decides
+    return fast if fast is not None else decode_commit(data, version, ict_only)
 
 
 #: most commit files a replay reads at once (`storage.read_many`: a local directory opened once for
