@@ -149,6 +149,11 @@ class LocalStorage:
             return self._list_after(directory, prefix, start_after, stat)
         out = []
         try:
+            if not stat:  # names alone (a log replay's listing): no per-entry Python beyond the tuple
+                with os.scandir(self._abs(directory)) as it:
+                    names = [e.name for e in it if e.name[0] != "." and e.is_file(follow_symlinks=False)]
+                names.sort()
+                return [FileInfo(prefix + name, None, None) for name in names]
             with os.scandir(self._abs(directory)) as it:
                 for entry in it:
                     if entry.name.startswith(".") or (start_after is not None and entry.name <= start_after):
