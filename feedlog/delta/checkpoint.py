@@ -383,7 +383,12 @@ def _adds_of(cols: dict[str, list[Any]], js: Sequence[int]) -> list[Add]:
     missing = [None] * (max(js, default=-1) + 1)
     paths, pvs, sizes, mtimes, changes, stats_col, tags_col = (cols.get(k, missing) for k in _ADD_COLUMNS)
     parsed = cols.get("stats_parsed", missing)
-    others = [(k, v) for k, v in cols.items() if k not in _ADD_COLUMNS and k not in _DERIVED]
+    # the other columns (deletionVector, baseRowId, ...) that hold a value in any of these rows
+    others = [
+        (k, v)
+        for k, v in cols.items()
+        if k not in _ADD_COLUMNS and k not in _DERIVED and any(v[j] is not None for j in js)
+    ]
     out = []
     for j in js:
         stats, pv, change, tags = stats_col[j], pvs[j], changes[j], tags_col[j]
