@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from ..errors import Corruption
@@ -407,6 +408,16 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Action]] = {v: k.from_json for
 _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
+def _any_int(digits: str) -> int:
+    """A JSON integer of any length: `int()` of a string stops at 4,300 digits (a guard against
+    slow conversions), and a commit holding a longer one (in a field nobody reads) is still JSON."""
+    return int(digits) if len(digits) <= 4000 else int(Decimal(digits))
+
+
+#: what a line the fast scanner refused is parsed with: integers of any length
+_LENIENT = json.JSONDecoder(parse_int=_any_int)
+
+
 def to_json(action: Action) -> dict[str, Any]:
     return {_KEYS[type(action)]: action.to_json()}
 
@@ -446,7 +457,7 @@ def decode_commit(data: bytes, version: int, ict_only: bool = False) -> list[Act
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = _LENIENT.decode(line)
             except json.JSONDecodeError as e:
                 raise Corruption(f"commit {version} line {lineno} is not JSON: {e}") from None
             except RecursionError:  # nesting deeper than the parser's stack: no action is shaped like that
@@ -459,7 +470,7 @@ def decode_commit(data: bytes, version: int, ict_only: bool = False) -> list[Act
             if parse is not None and isinstance(body, dict):
                 try:
                     out.append(parse(body))
-                except (KeyError, TypeError, ValueError) as e:
+                except (KeyError, TypeError, ValueError, OverflowError) as e:
                     raise Corruption(f"commit {version} line {lineno}: bad {kind} action ({e!r})") from None
                 continue
         # Keys this library does not know (a future action, or a sibling field some writer adds
@@ -474,6 +485,6 @@ def decode_commit(data: bytes, version: int, ict_only: bool = False) -> list[Act
             parse = _ict_only if ict_only and kind == "commitInfo" else _PARSERS[kind]
             try:
                 out.append(parse(body))
-            except (KeyError, TypeError, ValueError) as e:
+            except (KeyError, TypeError, ValueError, OverflowError) as e:
                 raise Corruption(f"commit {version} line {lineno}: bad {kind} action ({e!r})") from None
     return out

@@ -31,7 +31,7 @@ class _Add(msgspec.Struct, forbid_unknown_fields=True):
     # the reference reads `bool(d.get("dataChange", True))`: absent is True, null is False
     dataChange: bool | None = True
     stats: str | None = None
-    tags: dict[str, str | None] | None = None
+    tags: dict[str, str] | None = None
     # the fields the protocol defines beyond those Add models: kept in `extra`, as the reference does
     deletionVector: Any = None
     baseRowId: Any = None
@@ -82,8 +82,8 @@ class _IctLine(_Line):
 
 #: a line's fields absent when it holds one action
 _ONE = len(_Line.__struct_fields__) - 1
-_FULL = msgspec.json.Decoder(list[_Line])
-_ICT_ONLY = msgspec.json.Decoder(list[_IctLine])
+_FULL = msgspec.json.Decoder(_Line)
+_ICT_ONLY = msgspec.json.Decoder(_IctLine)
 
 _ADD_EXTRA = ("deletionVector", "baseRowId", "defaultRowCommitVersion", "clusteringProvider")
 _REMOVE_EXTRA = ("deletionVector", "baseRowId", "defaultRowCommitVersion")
@@ -94,14 +94,15 @@ def decode(data: bytes, ict_only: bool = False) -> list[Action] | None:
     where this path cannot tell (a blank line, a line that is not exactly one known action, a field
     of another type, a field no action here names, bytes that are not UTF-8 JSON): then the caller
     decodes it with the reference, which also raises its errors."""
-    body = data.rstrip(b"\r\n")
-    if not body:
-        return None
-    try:
-        lines = (_ICT_ONLY if ict_only else _FULL).decode(b"[" + body.replace(b"\n", b",") + b"]")
-    except (ValueError, RecursionError):  # msgspec's errors, UnicodeDecodeError, nesting too deep
-        return None
-    if len(lines) != body.count(b"\n") + 1:  # an object split across lines is no commit
+    if not data.isascii():
+        try:  # msgspec does not look inside what it skips: the reference refuses any bad UTF-8
+            data.decode()
+        except UnicodeDecodeError:
+            return None
+    decoder = _ICT_ONLY if ict_only else _FULL
+    try:  # line by line, as the reference reads them: a value never spans lines
+        lines = [decoder.decode(line) for line in data.rstrip(b"\r\n").split(b"\n")]
+    except (ValueError, RecursionError):  # msgspec's errors (a blank line too), nesting too deep
         return None
     out: list[Action] = []
     append = out.append
@@ -118,11 +119,12 @@ def decode(data: bytes, ict_only: bool = False) -> list[Action] | None:
             if info is None:
                 return None
             if isinstance(info, _Ict):
-                append(_ict_only(info.inCommitTimestamp))
+                ict = info.inCommitTimestamp
+                append(CommitInfo(ict if isinstance(ict, int) and not isinstance(ict, bool) else None, None))
             else:
                 try:
                     append(CommitInfo.from_json(info))
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     return None  # the reference says what is wrong
         elif remove is not UNSET:
             if remove is None:
@@ -138,50 +140,22 @@ def decode(data: bytes, ict_only: bool = False) -> list[Action] | None:
     return out
 
 
-#: an Add or CommitInfo made from fields already of the right types (the decoder checked them):
-#: without the frozen dataclass's __init__, whose setattr per field was most of an add's cost
-_new = object.__new__
-_set = object.__setattr__
-
-
 def _to_add(a: _Add) -> Add:
     extra = {}
     if a.deletionVector is not None or a.baseRowId is not None or a.defaultRowCommitVersion is not None:
         extra = {k: v for k in _ADD_EXTRA if (v := getattr(a, k)) is not None}
     elif a.clusteringProvider is not None:
         extra = {"clusteringProvider": a.clusteringProvider}
-    add = _new(Add)
-    _set(
-        add,
-        "__dict__",
-        {
-            "path": a.path,
-            "partition_values": a.partitionValues or {},
-            "size": a.size,
-            "modification_time": a.modificationTime,
-            "data_change": bool(a.dataChange),
-            "stats": a.stats,
-            "tags": a.tags,
-            "extra": extra,
-        },
+    return Add(
+        a.path,
+        a.partitionValues or {},
+        a.size,
+        a.modificationTime,
+        bool(a.dataChange),
+        a.stats,
+        a.tags,
+        extra,
     )
-    return add
-
-
-def _ict_only(ict: Any) -> CommitInfo:
-    info = _new(CommitInfo)
-    _set(
-        info,
-        "__dict__",
-        {
-            "in_commit_timestamp": ict if isinstance(ict, int) and not isinstance(ict, bool) else None,
-            "timestamp": None,
-            "operation": None,
-            "operation_parameters": {},
-            "extra": {},
-        },
-    )
-    return info
 
 
 def _to_remove(r: _Remove) -> Remove:
@@ -213,6 +187,6 @@ def _other(line: _Line) -> Action | None:
             return None
         try:
             return parse(body)
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None  # the reference says what is wrong
     return None

@@ -29,11 +29,14 @@ from .managed.protocol import OwnerNotConsulted
 from .replay import TableState, foreign_owner
 from .storage import FileInfo, LocalStorage, Storage, read_many
 
-_COMMIT = re.compile(r"(\d{20})\.json")
-_CLASSIC = re.compile(r"(\d{20})\.checkpoint\.parquet")
-_PART = re.compile(r"(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet")
+# ASCII digits only: `\d` also matches other scripts' digits, which int() reads, so "\u0661" * 20 +
+# ".json" would have passed for a commit's file and shadowed the real one
+_COMMIT = re.compile(r"(\d{20})\.json", re.ASCII)
+_CLASSIC = re.compile(r"(\d{20})\.checkpoint\.parquet", re.ASCII)
+_PART = re.compile(r"(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet", re.ASCII)
 _UUID = re.compile(
-    r"(\d{20})\.checkpoint\.([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\.(json|parquet)"
+    r"(\d{20})\.checkpoint\.([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\.(json|parquet)",
+    re.ASCII,
 )
 
 
@@ -133,7 +136,7 @@ def _listing(storage: Storage, names: list[FileInfo]) -> Listing:
     parts: dict[tuple[int, int], dict[int, FileInfo]] = {}
     for info in names:
         name = info.path.rsplit("/", 1)[-1]
-        if len(name) == 25 and name.endswith(".json") and name[:20].isdecimal():  # _COMMIT, without the regex
+        if len(name) == 25 and name.endswith(".json") and name.isascii() and name[:20].isdecimal():  # _COMMIT
             commits[int(name[:20])] = info
         elif m := _COMMIT.fullmatch(name):
             commits[int(m.group(1))] = info

@@ -60,9 +60,9 @@ _UNIT_MS = {
     "day": DAY_MS,
     "week": 7 * DAY_MS,
 }
-_VERSIONED = re.compile(r"(\d{20})\.(json|checkpoint\..*|crc)")
+_VERSIONED = re.compile(r"(\d{20})\.(json|checkpoint\..*|crc)", re.ASCII)
 #: log compaction files `<x>.<y>.compacted.json` (PROTOCOL.md "Log Compaction Files")
-_COMPACTED = re.compile(r"(\d{20})\.\d{20}\.compacted\.json")
+_COMPACTED = re.compile(r"(\d{20})\.\d{20}\.compacted\.json", re.ASCII)
 
 
 def parse_interval(text: str) -> int:

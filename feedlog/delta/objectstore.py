@@ -107,7 +107,7 @@ _CREDENTIAL_HINTS = {
 }
 #: object_store's requests for credentials: AWS IMDS, the GCP and Azure metadata token endpoints, OAuth
 _CREDENTIAL_REQUEST = re.compile(r"/latest/api/token|/latest/meta-data|169\.254\.169\.254|token request")
-_COMMIT_FILE = re.compile(r"(^|/)_delta_log/\d{20}\.json$")
+_COMMIT_FILE = re.compile(r"(^|/)_delta_log/\d{20}\.json$", re.ASCII)
 
 _memory_lock = threading.Lock()
 _memory_stores: dict[str, MemoryStore] = {}

@@ -9,7 +9,9 @@ split lines, several actions on one line, bytes that are not UTF-8).
 
 from __future__ import annotations
 
+import contextlib
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,10 @@ def _line(draw: st.DrawFn) -> str:
             return text[: len(text) // 2]  # cut short
         case 4:
             return "[" + text + "]"
+        case 5:
+            return text + "," + text  # two values on one line
+        case 6:
+            return text.replace('"', '"\xff', 1)  # bad UTF-8 (encoded below with surrogateescape)
         case _:
             return text
 
@@ -137,7 +143,8 @@ def _line(draw: st.DrawFn) -> str:
 @st.composite
 def commits(draw: st.DrawFn) -> bytes:
     lines = draw(st.lists(_line(), min_size=0, max_size=6))
-    data = ("\n".join(lines) + draw(st.sampled_from(["\n", "", "\r\n", "\n\n"]))).encode()
+    text = "\n".join(lines) + draw(st.sampled_from(["\n", "", "\r\n", "\n\n"]))
+    data = text.replace("\xff", "\udcff").encode("utf-8", "surrogateescape")
     if draw(st.integers(0, 40)) == 0:
         data += b"\xff"  # not UTF-8
     return data
@@ -219,10 +226,38 @@ def test_the_fast_path_takes_every_action_feedlog_writes() -> None:
         b"\xff\n",
         b"",
         b"\n",
+        # two values on one line, one value over two lines: as many values as lines when joined
+        b'{"cdc":0},{"cdc":0}\n{"txn":{"appId":"a"\n"version":1}}\n',
+        b'{"cdc":0},{"cdc":0}\n{"cdc":"\n"}\n{"add":{"path":"evil","size":1,"modificationTime":2}}\n',
+        # bad UTF-8 where msgspec only skips: an unknown key, its value, a commitInfo field before the last
+        b'{"txn":{"appId":"a","version":1},"x":"\xff"}\n',
+        b'{"\xff":1,"txn":{"appId":"a","version":1}}\n',
+        b'{"txn":{"appId":"a","version":1},"x":"\xed\xa0\x80"}\n',
+        b'{"commitInfo":{"x":"\xff"}}\n',
+        # integers longer than int() reads from a string, read or skipped
+        b'{"txn":{"appId":"a","version":1},"x":' + b"1" * 4301 + b"}\n",
+        b'{"commitInfo":{"inCommitTimestamp":1,"x":' + b"1" * 4301 + b"}}\n",
+        b'{"cdc":' + b"1" * 5000 + b"}\n",
+        b'{"txn":{"appId":"a","version":' + b"1" * 5000 + b"}}\n",
+        # numbers beyond a float where an integer belongs
+        b'{"add":{"path":"a","size":1e400,"modificationTime":2}}\n',
+        b'{"txn":{"appId":"a","version":1e400}}\n',
+        b'{"protocol":{"minReaderVersion":1e400,"minWriterVersion":2}}\n',
     ],
 )
 def test_odd_commits_decode_as_the_reference_or_are_declined(data: bytes) -> None:
     _agrees(data)
+    for ict_only in (False, True):  # and the reference answers a corrupt commit with Corruption alone
+        with contextlib.suppress(Corruption):
+            decode_commit(data, 7, ict_only)
+
+
+def test_a_long_integer_in_a_field_nobody_reads_is_still_json() -> None:
+    data = b'{"commitInfo":{"inCommitTimestamp":5,"x":' + b"7" * 5000 + b"}}\n"
+    (info,) = decode_commit(data, 3)
+    assert (
+        isinstance(info, CommitInfo) and info.in_commit_timestamp == 5 and info.extra["x"] == int(Decimal("7" * 5000))
+    )
 
 
 def test_the_fast_path_takes_the_real_logs_of_other_engines() -> None:

@@ -102,3 +102,17 @@ def test_a_storage_that_overrides_read_alone_gets_every_read_through_it(tmp_path
     assert [v for v, _ in read_commits(counting, commits, range(0, 3))] == [0, 1, 2]
     assert counting.reads == [commit_path(v) for v in range(0, 3)]
     assert read_many(counting, ["missing"])[0].__class__ is NotFound
+
+
+def test_only_ascii_digits_name_a_log_file(storage: Storage) -> None:
+    """`\\d` and int() also read other scripts' digits: a file named with Arabic-Indic digits must not
+    pass for commit 1 (it sorted after the real one and replaced it in the listing) nor a checkpoint."""
+    from feedlog.delta.log import list_log
+
+    log_of(storage, range(0, 3))
+    fake = "\u0660" * 19 + "\u0661"
+    storage.put_if_absent(f"_delta_log/{fake}.json", b"not a commit\n")
+    storage.put_if_absent(f"_delta_log/{fake}.checkpoint.parquet", b"not a checkpoint")
+    listing = list_log(storage)
+    assert sorted(listing.commits) == [0, 1, 2] and listing.commits[1].path == commit_path(1)
+    assert not listing.checkpoints

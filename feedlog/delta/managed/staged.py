@@ -22,7 +22,7 @@ COMMITS_DIR = f"{LOG_DIR}/_commits"
 #: a line of a commit file that holds commitInfo, protocol or metaData (the writer's line format:
 #: the action's key first, maybe after spaces)
 _HEAD_ACTION = re.compile(rb'^[ \t]*\{[ \t]*"(?:commitInfo|protocol|metaData)"', re.MULTILINE)
-_STAGED = re.compile(r"(\d{20})\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json")
+_STAGED = re.compile(r"(\d{20})\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.json", re.ASCII)
 
 
 def staged_name(version: int) -> str:
