@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from feedlog.delta import DeltaTable
+from feedlog.delta import DeltaTable, fast_commit
+from feedlog.delta.actions import decode_commit
 from feedlog.errors import Conflict
 
 from .conftest import SCHEMA, deltalake_read, deltalake_version, duckdb_read, rows, sorted_rows
@@ -54,6 +55,18 @@ def assert_readers_agree(
             assert sorted_rows(mine, *columns) == expected[v], f"version {v}"
         if HAVE_DUCKDB:
             assert sorted_rows(duckdb_read(path, v), *columns) == sorted_rows(mine, *columns), f"version {v}"
+    assert_fast_path_takes(path)
+
+
+def assert_fast_path_takes(path: Path) -> None:
+    """Every commit file delta-rs wrote decodes through the msgspec fast path, exactly as the reference
+    decoder reads it (a replay of a real log must not fall back to the slow path, nor differ)."""
+    for f in sorted((path / "_delta_log").glob("*.json")):
+        data = f.read_bytes()
+        for ict_only in (False, True):
+            fast = fast_commit.decode(data, ict_only)
+            assert fast is not None, f"{f.name} fell back to the reference decoder"
+            assert fast == decode_commit(data, int(f.name[:20]), ict_only), f.name
 
 
 def test_delta_rs_history_reads_in_feedlog(tmp_path: Path) -> None:
@@ -131,6 +144,31 @@ def test_delta_rs_deletes_compaction_evolution_and_txn_read_in_feedlog(tmp_path:
     extra = dict(zip(final.column("seq").to_pylist(), final.column("extra").to_pylist(), strict=True))
     assert extra[14] == "x" and extra[15] == "y" and extra[1] is None
     assert sorted_rows(final, "seq", "extra") == sorted_rows(deltalake_read(path), "seq", "extra")
+
+
+def test_delta_rs_updates_and_merges_read_in_feedlog(tmp_path: Path) -> None:
+    """UPDATE and MERGE commits (file rewrites with delta-rs's operation metrics), a z-order and a
+    vacuum: every version still on disk reads in feedlog as in delta-rs."""
+    path = tmp_path / "t"
+    write = deltalake.write_deltalake
+    write(path, rows(0, 6), partition_by=["p"])
+    write(path, rows(6, 6, "b"), mode="append")
+    deltalake.DeltaTable(path).update({"key": "'changed'"}, predicate="seq % 4 = 0")
+    source = rows(10, 4, "b")
+    (
+        deltalake.DeltaTable(path)
+        .merge(source, predicate="t.seq = s.seq", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    deltalake.DeltaTable(path).optimize.z_order(["seq"])
+    ours = DeltaTable.open(path)
+    assert [h.operation for h in reversed(ours.history())] == ["WRITE", "WRITE", "UPDATE", "MERGE", "OPTIMIZE"]
+    assert_readers_agree(path, ("seq", "key", "value", "p"))
+    final = sorted_rows(ours.to_arrow(), "seq", "key")
+    assert [s for s, _ in final] == list(range(14))
+    assert dict(final)[4] == "changed" and dict(final)[12] == "k12"
 
 
 def test_feedlog_writes_on_a_delta_rs_table_and_both_read_it(tmp_path: Path) -> None:
