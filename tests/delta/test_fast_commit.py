@@ -261,9 +261,9 @@ def test_a_long_integer_in_a_field_nobody_reads_is_still_json() -> None:
 
 
 def test_the_fast_path_takes_the_real_logs_of_other_engines() -> None:
-    """Commit files written by delta-spark, Databricks and delta-rs (the golden logs): each decodes
-    as the reference does, and the fast path takes nearly all of them."""
-    files = sorted(GOLDEN.rglob("_delta_log/*.json"))
+    """Commit files written by delta-spark, Databricks and delta-rs (the golden logs): every one decodes
+    through the fast path as the reference does (V2 checkpoints' JSON files are no commits)."""
+    files = [f for f in sorted(GOLDEN.rglob("_delta_log/*.json")) if len(f.name) == 25]
     assert len(files) > 20
-    taken = sum(_agrees(f.read_bytes()) for f in files)
-    assert taken >= len(files) * 0.8, f"the fast path took {taken} of {len(files)} real commits"
+    declined = [f for f in files if not _agrees(f.read_bytes())]
+    assert not declined, f"the fast path declined {declined}"
