@@ -75,7 +75,7 @@ def read_many(storage: Storage, paths: Sequence[str]) -> list[bytes | FeedlogErr
     """`storage.read` of each path, in order, each failure (a FeedlogError) in its place: through the
     storage's own `read_many` where it has one (a local directory opened once, an object store's
     reads in parallel), else one read after another."""
-    if _own_read_many(type(storage)):
+    if _goes_with(type(storage), "read_many", "read"):
         return list(storage.read_many(paths))  # type: ignore[attr-defined]
     out: list[bytes | FeedlogError] = []
     for path in paths:
@@ -86,13 +86,22 @@ def read_many(storage: Storage, paths: Sequence[str]) -> list[bytes | FeedlogErr
     return out
 
 
-def _own_read_many(cls: type) -> bool:
-    """Whether `cls` has a `read_many` that goes with its `read`: one defined by the class that
-    defines `read`, or by a subclass of it (a subclass that overrides `read` alone, to count or
-    fail reads, gets every read through its own `read`)."""
+def put_new(storage: Storage, path: str, data: bytes) -> bool:
+    """`storage.put_if_absent` of a file under a name no one else uses, through the storage's own
+    `put_new` where it has one that goes with its `put_if_absent` (LocalStorage: written in place)."""
+    if _goes_with(type(storage), "put_new", "put_if_absent"):
+        return bool(storage.put_new(path, data))  # type: ignore[attr-defined]
+    return storage.put_if_absent(path, data)
+
+
+def _goes_with(cls: type, special: str, general: str) -> bool:
+    """Whether `cls` has a `special` method that goes with its `general` one: defined by the class
+    that defines `general`, or by a subclass of it (a subclass that overrides `read` or
+    `put_if_absent` alone, to count or fail them, gets every call through its own method)."""
     mro = cls.__mro__
-    where = {name: next((i for i, c in enumerate(mro) if name in vars(c)), None) for name in ("read", "read_many")}
-    return where["read_many"] is not None and where["read"] is not None and where["read_many"] <= where["read"]
+    mine = next((i for i, c in enumerate(mro) if special in vars(c)), None)
+    theirs = next((i for i, c in enumerate(mro) if general in vars(c)), None)
+    return mine is not None and theirs is not None and mine <= theirs
 
 
 class LocalStorage:
@@ -303,6 +312,43 @@ class LocalStorage:
         finally:
             os.unlink(tmp)
         self._sync_dir(path)
+        return True
+
+    def put_new(self, path: str, data: bytes) -> bool:
+        """put-if-absent of a file under a name no one else writes or reads before this call returns
+        (a staged commit's UUID name: the owner reads it only once told): created exclusively under
+        its own name and written in place, without put_if_absent's temp file, link and unlink, so its
+        directory entry goes to disk in the same journal commit as its data. False if it existed;
+        a failed write removes the file."""
+        final = self._abs(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            try:
+                fd = os.open(final, flags, 0o644)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                fd = os.open(final, flags, 0o644)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            raise Unavailable(f"cannot write {final}: {e.strerror}") from None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException as e:
+            os.close(fd)
+            os.unlink(final)
+            if isinstance(e, OSError):
+                raise Unavailable(f"cannot write {final}: {e.strerror}") from None
+            raise
+        os.close(fd)
+        try:
+            self._sync_dir(path)
+        except OSError as e:
+            raise Unavailable(f"cannot write {final}: {e.strerror}") from None
         return True
 
     def write_atomic(self, path: str, data: bytes) -> None:

@@ -19,7 +19,7 @@ from ...errors import AlreadyExists, Corruption, FeedlogError, InvalidArgument, 
 from ...rpc import Tls
 from ..actions import OWNER_CONF, Action, CommitInfo, Metadata, Protocol
 from ..committer import CommitConflict, CommitResponse, Committed, FilesystemCommitter, commit_path
-from ..storage import FileInfo, Storage
+from ..storage import FileInfo, Storage, put_new
 from .client import GrpcOwner
 from .database import is_postgres
 from .protocol import FEEDLOG_OWNER, Auth, Binding, CommitOwner, TableRef, check_owner_url
@@ -77,7 +77,7 @@ class ManagedCommitter:
 
     def _stage(self, storage: Storage, version: int, data: bytes) -> str:
         name = staged_name(version)
-        if not storage.put_if_absent(f"{COMMITS_DIR}/{name}", data):
+        if not put_new(storage, f"{COMMITS_DIR}/{name}", data):  # a name of its own: written in place
             raise Unavailable(f"staged commit {name} already exists (a UUID collision?)")
         failpoints.point("managed.staged")
         return name
