@@ -83,8 +83,9 @@ def clean_staged(storage: Storage, through: int) -> list[str]:
 
 
 def staged_data_paths(storage: Storage) -> set[str] | None:
-    """The data files staged commits (ratified or not yet) add; None if one cannot be read,
-    so it may name anything."""
+    """The data files staged commits (ratified or not yet) add; None if one cannot be read or
+    parsed (a writer may be writing one in place right now: `storage.put_new`), so it may name
+    anything."""
     out: set[str] = set()
     for info in storage.list(COMMITS_DIR, stat=False):
         if staged_version(info.path.rsplit("/", 1)[-1]) is None:
