@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from ..errors import Corruption
@@ -194,6 +193,14 @@ class Metadata:
         )
 
 
+def _long(value: Any) -> int:
+    """A protocol `long` field: an integer that fits 64 bits (a checkpoint's column holds no more)."""
+    n = int(value)
+    if not -(2**63) <= n < 2**63:
+        raise ValueError(f"{n} does not fit a long")
+    return n
+
+
 _ADD_KNOWN = frozenset({"path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags"})
 _COMMIT_INFO_KNOWN = frozenset({"inCommitTimestamp", "timestamp", "operation", "operationParameters"})
 
@@ -230,8 +237,8 @@ class Add:
         return cls(
             path=str(d["path"]),
             partition_values=dict(d.get("partitionValues") or {}),
-            size=int(d["size"]),
-            modification_time=int(d["modificationTime"]),
+            size=_long(d["size"]),
+            modification_time=_long(d["modificationTime"]),
             data_change=bool(d.get("dataChange", True)),
             stats=d.get("stats"),
             tags=d.get("tags"),
@@ -408,16 +415,6 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Action]] = {v: k.from_json for
 _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _any_int(digits: str) -> int:
-    """A JSON integer of any length: `int()` of a string stops at 4,300 digits (a guard against
-    slow conversions), and a commit holding a longer one (in a field nobody reads) is still JSON."""
-    return int(digits) if len(digits) <= 4000 else int(Decimal(digits))
-
-
-#: what a line the fast scanner refused is parsed with: integers of any length
-_LENIENT = json.JSONDecoder(parse_int=_any_int)
-
-
 def to_json(action: Action) -> dict[str, Any]:
     return {_KEYS[type(action)]: action.to_json()}
 
@@ -457,9 +454,11 @@ def decode_commit(data: bytes, version: int, ict_only: bool = False) -> list[Act
             if not line.strip():
                 continue
             try:
-                obj = _LENIENT.decode(line)
+                obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise Corruption(f"commit {version} line {lineno} is not JSON: {e}") from None
+            except ValueError as e:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+                raise Corruption(f"commit {version} line {lineno}: {e}") from None
             except RecursionError:  # nesting deeper than the parser's stack: no action is shaped like that
                 raise Corruption(f"commit {version} line {lineno} nests too deeply to be an action") from None
         if not isinstance(obj, dict) or not obj:

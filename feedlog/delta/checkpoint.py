@@ -484,7 +484,7 @@ def decode_json(data: bytes, version: int, out: Decoded | None = None) -> Decode
     """A UUID-named V2 checkpoint in JSON: one action per line, like a commit (no commitInfo)."""
     out = out if out is not None else Decoded()
     try:
-        lines = data.decode().splitlines()
+        lines = data.decode().split("\n")  # as commits: "\n" alone ends a line (actions.decode_commit)
     except UnicodeDecodeError as e:
         raise Corruption(f"checkpoint {version} is not UTF-8: {e}") from None
     for lineno, line in enumerate(lines, 1):
@@ -492,7 +492,7 @@ def decode_json(data: bytes, version: int, out: Decoded | None = None) -> Decode
             continue
         try:
             obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:  # not JSON, or an integer longer than Python converts
             raise Corruption(f"checkpoint {version} line {lineno} is not JSON: {e}") from None
         if not isinstance(obj, dict):
             raise Corruption(f"checkpoint {version} line {lineno} is not an action object")

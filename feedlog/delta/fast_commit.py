@@ -14,7 +14,10 @@ compare the two on generated commits.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import re
+import sys
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -22,11 +25,13 @@ from msgspec.structs import astuple
 
 from .actions import Action, Add, CommitInfo, DomainMetadata, Metadata, Protocol, Remove, Txn
 
+_Long = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
 
 class _Add(msgspec.Struct, forbid_unknown_fields=True):
     path: str
-    size: int
-    modificationTime: int
+    size: _Long
+    modificationTime: _Long
     partitionValues: dict[str, str | None] | None = None
     # the reference reads `bool(d.get("dataChange", True))`: absent is True, null is False
     dataChange: bool | None = True
@@ -99,9 +104,13 @@ def decode(data: bytes, ict_only: bool = False) -> list[Action] | None:
             data.decode()
         except UnicodeDecodeError:
             return None
+    raw = data.rstrip(b"\r\n").split(b"\n")
+    limit = sys.get_int_max_str_digits()
+    if limit and len(data) > limit and any(len(line) > limit and _long_run(limit).search(line) for line in raw):
+        return None  # an integer the reference cannot convert, perhaps where msgspec only skips
     decoder = _ICT_ONLY if ict_only else _FULL
     try:  # line by line, as the reference reads them: a value never spans lines
-        lines = [decoder.decode(line) for line in data.rstrip(b"\r\n").split(b"\n")]
+        lines = [decoder.decode(line) for line in raw]
     except (ValueError, RecursionError):  # msgspec's errors (a blank line too), nesting too deep
         return None
     out: list[Action] = []
@@ -138,6 +147,12 @@ def decode(data: bytes, ict_only: bool = False) -> list[Action] | None:
                 return None
             append(action)
     return out
+
+
+@functools.cache
+def _long_run(limit: int) -> re.Pattern[bytes]:
+    """More digits in a row than Python converts from a string (`sys.get_int_max_str_digits`)."""
+    return re.compile(rb"[0-9]{%d}" % (limit + 1))
 
 
 def _to_add(a: _Add) -> Add:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import contextlib
 import errno
 import os
 import threading
@@ -323,32 +324,35 @@ class LocalStorage:
         final = self._abs(path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
-            try:
-                fd = os.open(final, flags, 0o644)
-            except FileNotFoundError:
-                os.makedirs(os.path.dirname(final), exist_ok=True)
-                fd = os.open(final, flags, 0o644)
+            fd = os.open(final, flags, 0o644)
         except FileExistsError:
             return False
+        except FileNotFoundError:  # its directory first (a dangling link there stays an error)
+            try:
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                fd = os.open(final, flags, 0o644)
+            except FileExistsError:
+                return False
+            except OSError as e:
+                raise Unavailable(f"cannot write {final}: {e.strerror}") from None
         except OSError as e:
             raise Unavailable(f"cannot write {final}: {e.strerror}") from None
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.fsync:
-                os.fsync(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._sync_dir(path)
         except BaseException as e:
-            os.close(fd)
-            os.unlink(final)
+            with contextlib.suppress(OSError):  # gone already (a cleanup took it): the error is the write's
+                os.unlink(final)
             if isinstance(e, OSError):
                 raise Unavailable(f"cannot write {final}: {e.strerror}") from None
             raise
-        os.close(fd)
-        try:
-            self._sync_dir(path)
-        except OSError as e:
-            raise Unavailable(f"cannot write {final}: {e.strerror}") from None
         return True
 
     def write_atomic(self, path: str, data: bytes) -> None:

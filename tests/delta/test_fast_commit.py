@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from decimal import Decimal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -252,12 +252,17 @@ def test_odd_commits_decode_as_the_reference_or_are_declined(data: bytes) -> Non
             decode_commit(data, 7, ict_only)
 
 
-def test_a_long_integer_in_a_field_nobody_reads_is_still_json() -> None:
-    data = b'{"commitInfo":{"inCommitTimestamp":5,"x":' + b"7" * 5000 + b"}}\n"
-    (info,) = decode_commit(data, 3)
-    assert (
-        isinstance(info, CommitInfo) and info.in_commit_timestamp == 5 and info.extra["x"] == int(Decimal("7" * 5000))
-    )
+def test_an_integer_longer_than_python_converts_is_corruption_at_once() -> None:
+    """Python converts at most `sys.get_int_max_str_digits()` digits (beyond, conversion is quadratic):
+    a longer integer anywhere in a commit, even where nobody reads it, is Corruption, found at once."""
+    for where in (b'{"commitInfo":{"inCommitTimestamp":5,"x":%s}}\n', b'{"cdc":%s}\n', b'{"x":%s,"cdc":0}\n'):
+        data = where % (b"7" * 1_000_000)
+        start = time.perf_counter()
+        for ict_only in (False, True):
+            assert fast_commit.decode(data, ict_only) is None
+            with pytest.raises(Corruption, match="digits"):
+                decode_commit(data, 3, ict_only)
+        assert time.perf_counter() - start < 2.0
 
 
 def test_the_fast_path_takes_the_real_logs_of_other_engines() -> None:

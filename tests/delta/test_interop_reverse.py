@@ -62,6 +62,8 @@ def assert_fast_path_takes(path: Path) -> None:
     """Every commit file delta-rs wrote decodes through the msgspec fast path, exactly as the reference
     decoder reads it (a replay of a real log must not fall back to the slow path, nor differ)."""
     for f in sorted((path / "_delta_log").glob("*.json")):
+        if len(f.name) != len("00000000000000000000.json"):
+            continue  # a V2 checkpoint's or a compaction's JSON file: no commit
         data = f.read_bytes()
         for ict_only in (False, True):
             fast = fast_commit.decode(data, ict_only)
@@ -147,8 +149,8 @@ def test_delta_rs_deletes_compaction_evolution_and_txn_read_in_feedlog(tmp_path:
 
 
 def test_delta_rs_updates_and_merges_read_in_feedlog(tmp_path: Path) -> None:
-    """UPDATE and MERGE commits (file rewrites with delta-rs's operation metrics), a z-order and a
-    vacuum: every version still on disk reads in feedlog as in delta-rs."""
+    """UPDATE and MERGE commits (file rewrites with delta-rs's operation metrics) and a z-order: every
+    version reads in feedlog as in delta-rs."""
     path = tmp_path / "t"
     write = deltalake.write_deltalake
     write(path, rows(0, 6), partition_by=["p"])

@@ -116,3 +116,15 @@ def test_only_ascii_digits_name_a_log_file(storage: Storage) -> None:
     listing = list_log(storage)
     assert sorted(listing.commits) == [0, 1, 2] and listing.commits[1].path == commit_path(1)
     assert not listing.checkpoints
+    # nor for a staged commit, a file cleanup may delete, or a commit on an object store
+    from feedlog.delta.maintenance import _COMPACTED, _VERSIONED
+    from feedlog.delta.managed.staged import staged_version
+    from feedlog.delta.objectstore import _COMMIT_FILE
+
+    assert staged_version(f"{fake}.0a1b2c3d-0000-4000-8000-000000000000.json") is None
+    assert staged_version(f"{'0' * 19}1.0a1b2c3d-0000-4000-8000-000000000000.json") == 1
+    assert _VERSIONED.fullmatch(f"{fake}.json") is None and _VERSIONED.fullmatch(f"{'0' * 20}.json")
+    assert _COMPACTED.fullmatch(f"{fake}.{'0' * 20}.compacted.json") is None
+    assert _COMMIT_FILE.search(f"t/_delta_log/{fake}.json") is None and _COMMIT_FILE.search(
+        f"t/_delta_log/{'0' * 20}.json"
+    )

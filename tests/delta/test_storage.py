@@ -82,6 +82,25 @@ def test_put_new_writes_a_name_of_its_own_in_place(tmp_path, monkeypatch):
     assert [f.path for f in storage.list("_delta_log/_commits")] == [name]
     assert sorted(os.listdir(tmp_path / "root" / "_delta_log" / "_commits")) == ["00000000000000000001.0a1b.json"]
 
+    # a cleanup that deletes the file while it is written: the write's own error, not the unlink's
+    def cleaned_then_full(fd, data):
+        os.unlink(storage._abs(other))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", cleaned_then_full)
+    with pytest.raises(Unavailable, match="No space left"):
+        storage.put_new(other, b"x")
+    monkeypatch.undo()
+
+    def fsync_fails(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync_fails)
+    with pytest.raises(Unavailable, match="Input/output error"):
+        storage.put_new(other, b"x")
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path / "root" / "_delta_log" / "_commits")) == ["00000000000000000001.0a1b.json"]
+
 
 def test_a_storage_that_overrides_put_if_absent_alone_gets_staged_files_through_it(tmp_path):
     """`storage.put_new` takes `LocalStorage.put_new` only where it goes with the class's own

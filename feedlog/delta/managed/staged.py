@@ -54,7 +54,7 @@ def staged_actions(data: bytes) -> tuple[CommitInfo | None, Protocol | None, Met
         end = len(data) if end < 0 else end
         try:
             obj = json.loads(data[start:end])
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except ValueError as e:  # not JSON or not UTF-8, or an integer longer than Python converts
             raise InvalidArgument(f"staged commit is not newline-delimited JSON: {e}") from None
         except RecursionError:
             raise InvalidArgument("staged commit has a line nested too deeply to be an action") from None
@@ -84,8 +84,10 @@ def clean_staged(storage: Storage, through: int) -> list[str]:
 
 def staged_data_paths(storage: Storage) -> set[str] | None:
     """The data files staged commits (ratified or not yet) add; None if one cannot be read or
-    parsed (a writer may be writing one in place right now: `storage.put_new`), so it may name
-    anything."""
+    parsed, or is empty, so it may name anything. A writer may be writing one in place right now
+    (`storage.put_new`): read then, it is empty, cut inside a line (None), or cut at a line's end,
+    naming fewer files than it will. A commit whose file is still being written is not yet asked
+    of its owner, so the race is the one a hidden temp file had: staged after this answer."""
     out: set[str] = set()
     for info in storage.list(COMMITS_DIR, stat=False):
         if staged_version(info.path.rsplit("/", 1)[-1]) is None:
@@ -95,6 +97,8 @@ def staged_data_paths(storage: Storage) -> set[str] | None:
         except NotFound:
             continue  # backfilled and cleaned up meanwhile: its adds are in the log
         except FeedlogError:
+            return None
+        if not data:
             return None
         for line in data.splitlines():
             if not line.strip():
