@@ -103,7 +103,7 @@ class Harness:
         fs = list_log(self.storage)
         out = {v: self.storage.read(info.path) for v, info in fs.commits.items()}
         for v, info in self.committer.ratified_commits(self.storage, fs.latest + 1):
-            out[v] = self.storage.read(info.path)
+            out[v] = read_ratified(self.storage, v, info.path)  # perhaps backfilled since it was listed
         return out
 
     def latest(self) -> int:
