@@ -180,7 +180,7 @@ def test_a_taken_version_is_a_retryable_conflict_value(harness: Harness) -> None
     fs_latest = max(harness.backfilled())
     winners = dict(loser.ratified_commits(harness.storage, 1))
     seen = {v: harness.storage.read(commit_path(v)) for v in range(1, fs_latest + 1)}
-    seen.update({v: harness.storage.read(info.path) for v, info in winners.items()})
+    seen.update({v: read_ratified(harness.storage, v, info.path) for v, info in winners.items()})
     assert seen[1] == first
     # retryable means it: the next free version takes the loser's commit
     again, response = harness.commit(2, loser)
