@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from ..errors import Corruption, NotFound, Unavailable, Unsupported
 from . import dv
 from .actions import Add, Metadata, Protocol
+from .parquet import threads_for
 from .storage import Storage
 
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
@@ -391,7 +392,8 @@ def _read_local(path: str) -> bytes:
 def _read_parquet(data: bytes, where: str) -> pa.Table:
     try:
         # INT96 (Spark's legacy timestamps) as microseconds: years 0001..9999 fit, nanoseconds do not
-        return pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us").read()
+        file = pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us")
+        return file.read(use_threads=threads_for(data))
     except (pa.ArrowInvalid, OSError) as e:
         raise Corruption(f"data file {where} is not readable Parquet: {e}") from None
 
