@@ -274,17 +274,21 @@ class LocalStorage:
             os.makedirs(directory, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.fsync:
-                os.fsync(fd)
+            self._write_all(fd, data)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
             raise
         os.close(fd)
         return tmp
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        """All of `data` to the open file `fd`, then fsync (when this storage syncs)."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if self.fsync:
+            os.fsync(fd)
 
     def _sync_dir(self, path: str) -> None:
         if not self.fsync:
@@ -339,11 +343,7 @@ class LocalStorage:
             raise Unavailable(f"cannot write {final}: {e.strerror}") from None
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if self.fsync:
-                    os.fsync(fd)
+                self._write_all(fd, data)
             finally:
                 os.close(fd)
             self._sync_dir(path)
