@@ -138,8 +138,6 @@ def _listing(storage: Storage, names: list[FileInfo]) -> Listing:
         name = info.path.rsplit("/", 1)[-1]
         if len(name) == 25 and name.endswith(".json") and name.isascii() and name[:20].isdecimal():  # _COMMIT
             commits[int(name[:20])] = info
-        elif m := _COMMIT.fullmatch(name):
-            commits[int(m.group(1))] = info
         elif m := _CLASSIC.fullmatch(name):
             found.setdefault(int(m.group(1)), []).append(Checkpoint(int(m.group(1)), "classic", (info,)))
         elif m := _UUID.fullmatch(name):

@@ -8,7 +8,6 @@ service (`client.py`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -147,10 +146,9 @@ class ManagedCommitter:
         )
 
     def end_turn(self, turn: bytes) -> None:
-        """The transaction `turn` holds the table's turn and will not commit after all: pass it on now.
-        A courtesy (the turn lapses anyway): an owner that cannot be told is not an error."""
-        with contextlib.suppress(FeedlogError):
-            self.owner.end_turn(self.table, turn, self.auth)
+        """The transaction `turn` holds the table's turn and will not commit after all: pass it on now
+        (errors are the caller's to ignore: Transaction._end_turn, as the turn lapses anyway)."""
+        self.owner.end_turn(self.table, turn, self.auth)
 
     def register(
         self, storage: Storage, version: int, data: bytes, actions: Sequence[Action], batch_size: int
