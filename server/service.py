@@ -52,6 +52,12 @@ MAX_MESSAGE_BUDGET = 16 << 20
 #: room in a message for what `segments` does not count: the roots of the first message and its framing
 MESSAGE_HEADROOM = 16 << 10
 MAX_PUT_ENTRIES = 10_000
+#: what one PutStream may hold at once: the entries of the requests it submitted and their results,
+#: until each ack is taken (a request larger than this alone is taken when the stream holds nothing)
+PUT_STREAM_BYTES = 16 << 20
+#: what a PutStream counts per request and per entry beyond keys and values (a result, a future, framing)
+REQUEST_BYTES = 512
+RESULT_BYTES = 96
 WAIT_SLICE = 0.5  # how often a waiting stream checks that its client and the server are still there
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,12 +89,14 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         in_flight: InFlight | None = None,
         max_message_bytes: int = MAX_MESSAGE_BUDGET,
         guard: Guard | None = None,
+        put_stream_bytes: int = PUT_STREAM_BYTES,
     ) -> None:
         self.host = host
         self.guard = guard or Guard()  # no credentials configured: no server-side writes
         self.in_flight = in_flight or InFlight()
         self.max_message_bytes = max_message_bytes  # the server's send limit
         self.stopping = stopping or threading.Event()
+        self.put_stream_bytes = put_stream_bytes
 
     # ---- helpers --------------------------------------------------------------------------
 
@@ -259,8 +267,15 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         self, request_iterator: Iterator[pb.PutRequest], context: grpc.ServicerContext
     ) -> Iterator[pb.PutResponse]:
         principal = self.guard.writer(context, "PutStream")
-        # a pump thread submits requests as they arrive (pipelining); acks go back in order
-        acks: queue.Queue[Future[Result] | FeedlogError | None] = queue.Queue(maxsize=256)
+        # a pump thread submits requests as they arrive (pipelining); acks go back in order. What the
+        # stream holds (entries submitted, then their results, until their ack is taken) is bounded
+        # in bytes: a client that stops reading acks stops the pump, not the server's memory.
+        acks: queue.Queue[tuple[Future[Result], int] | FeedlogError | None] = queue.Queue()
+        held = _StreamBudget(self.put_stream_bytes)
+        gone = threading.Event()  # the stream ended (its client went away, or an error): the pump stops
+
+        def alive() -> bool:
+            return not gone.is_set() and context.is_active()
 
         def pump() -> None:
             try:
@@ -268,7 +283,16 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                     if self.stopping.is_set():  # what was submitted is still acknowledged, then the stream ends
                         raise Unavailable("the peer is shutting down; reconnect to it or another peer")
                     self.guard.writes.charge(principal)
-                    acks.put(self._submit(request))
+                    weight = put_weight(request)
+                    if not held.take(weight, alive):
+                        return
+                    try:
+                        fut = self._submit(request)
+                    except BaseException:
+                        held.give(weight)
+                        raise
+                    del request  # the committer holds the entries now; the message is not needed
+                    acks.put((fut, weight))
             except FeedlogError as e:  # a malformed or refused request ends the stream with its status
                 acks.put(e)
                 return
@@ -277,20 +301,27 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             acks.put(None)
 
         threading.Thread(target=pump, name="put-stream", daemon=True).start()
-        while True:
-            try:
-                item = acks.get(timeout=WAIT_SLICE)
-            except queue.Empty:
-                if not context.is_active():
+        try:
+            while True:
+                try:
+                    item = acks.get(timeout=WAIT_SLICE)
+                except queue.Empty:
+                    if not context.is_active():
+                        return
+                    if self.stopping.is_set():  # an idle stream: everything submitted was acknowledged
+                        raise Unavailable("the peer is shutting down; reconnect to it or another peer") from None
+                    continue
+                if item is None:
                     return
-                if self.stopping.is_set():  # an idle stream: everything submitted was acknowledged
-                    raise Unavailable("the peer is shutting down; reconnect to it or another peer") from None
-                continue
-            if item is None:
-                return
-            if isinstance(item, FeedlogError):
-                raise item
-            yield self._put_response(item.result())
+                if isinstance(item, FeedlogError):
+                    raise item
+                fut, weight = item
+                response = self._put_response(fut.result())
+                del fut, item
+                held.give(weight)
+                yield response
+        finally:
+            gone.set()  # wakes a pump waiting for room; one blocked reading the request stream ends with it
 
     @streaming
     def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> Iterator[bytes]:
@@ -317,6 +348,36 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             after = yield from self._messages(hf, pos, length, budget, roots, context)
             roots = roots and after == pos
             pos = after
+
+
+def put_weight(request: pb.PutRequest) -> int:
+    """About what a PutStream holds for `request` until its ack is taken: its entries' keys and values,
+    then their results."""
+    return REQUEST_BYTES + sum(len(p.key) + len(p.value) + 16 * len(p.stat) + RESULT_BYTES for p in request.entries)
+
+
+class _StreamBudget:
+    """The bytes one PutStream holds, bounded: `take` waits for room (any amount when nothing is held)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._cond = threading.Condition()
+
+    def take(self, n: int, alive: Callable[[], bool]) -> bool:
+        """Reserve `n` bytes; False if `alive()` turns false while waiting for them."""
+        with self._cond:
+            while self.used and self.used + n > self.limit:
+                if not alive():
+                    return False
+                self._cond.wait(WAIT_SLICE)
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
 
 
 def write_of(p: pb.Put) -> Write:

@@ -177,6 +177,78 @@ def test_a_put_with_a_huge_ttl_fails_alone(peers: Peers, clients: Clients) -> No
     assert c.info(key).state.length == 201
 
 
+def _put_stream(peer: PeerServer, requests: Iterator[pb.PutRequest]) -> tuple[grpc.Channel, Any]:
+    """A PutStream on its own connection whose client reads acks only when told (STALLED: no window growth)."""
+    ch = grpc.insecure_channel(peer.address, options=channel_options() + STALLED)
+    call = pb_grpc.FeedsStub(ch).PutStream(requests, metadata=(("authorization", f"Bearer {peer.token}"),))
+    return ch, call
+
+
+def _pumps() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "put-stream"]
+
+
+def _until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def test_a_put_stream_holds_bounded_bytes_while_its_entries_wait(peers: Peers, clients: Clients) -> None:
+    # before: the pump submitted up to 256 requests of up to 16 MiB each whatever they weighed
+    peer = peers("peer", fsync=False)
+    key = clients(peer).create(timestamps="exact").key
+    peer.service.put_stream_bytes = 256 << 10
+    committer = peer.host.get(key).committer_or_raise()
+    value = b"v" * (32 << 10)
+    with committer._cond:  # no group is committed until released: what the stream sent stays queued
+        committer._busy = True
+    requests = (pb.PutRequest(feed=key, entries=[pb.Put(key=f"/k{i}", value=value)]) for i in range(200))
+    ch, call = _put_stream(peer, requests)
+    try:
+        assert _until(lambda: len(committer._queue) >= 7)
+        time.sleep(0.5)  # room for more to arrive, were the pump not waiting
+        queued = len(committer._queue)
+        assert 7 <= queued <= 8, queued  # 256 KiB of 32 KiB entries
+    finally:
+        with committer._cond:
+            committer._busy = False
+            committer._cond.notify_all()
+    acks = [next(call) for _ in range(200)]
+    assert [a.appended[0].seq for a in acks] == list(range(1, 201))
+    call.cancel()
+    ch.close()
+
+
+def test_a_put_stream_cancelled_while_its_acks_go_unread_leaves_no_thread(peers: Peers, clients: Clients) -> None:
+    # before: the pump blocked forever on a full ack queue once its client stopped reading and left,
+    # a thread (and its futures) per such stream, outside the stream cap
+    peer = peers("peer", fsync=False)
+    key = clients(peer).create(timestamps="exact").key
+    peer.service.put_stream_bytes = 64 << 10
+    feed = peer.host.get(key).feed
+    requests = (pb.PutRequest(feed=key, entries=[pb.Put(key="/k", value=b"v" * 100)] * 10) for _ in range(5000))
+    before = len(_pumps())
+    ch, call = _put_stream(peer, requests)
+    next(call)  # one ack, then the client stops reading
+    last = [-1]
+
+    def settled() -> bool:  # the feed stopped growing: the pump waits for room
+        time.sleep(0.3)
+        n, last[0] = last[0], int(feed.length)
+        return n == last[0]
+
+    assert _until(settled)
+    assert feed.length < 5000 * 10 + 1
+    assert len(_pumps()) == before + 1
+    call.cancel()
+    ch.close()
+    assert _until(lambda: len(_pumps()) == before), "the pump thread outlived its stream"
+
+
 def test_a_member_refused_inside_a_group_fails_alone(tmp_path: Path) -> None:
     # defence in depth: what passed the check but fails when the group is encoded fails that member only
     feed = Feed.create(tmp_path / "f", timestamps="exact", fsync=False)
