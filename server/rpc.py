@@ -112,17 +112,45 @@ def _serialize(m: Message | bytes) -> bytes:
     return m if isinstance(m, bytes) else bytes(m.SerializeToString())
 
 
+#: how long a new stream waits for the slot of a stream it had cancelled (StreamCap's fair share)
+EVICTION_WAIT = 2.0
+
+
+def stream_client(context: grpc.ServicerContext) -> str:
+    """Who holds a stream, for StreamCap's fair share: the caller's IP address (any port), or on
+    loopback, where every local process shares one address, its connection."""
+    peer = str(context.peer() or "unknown")  # ipv4:1.2.3.4:5678, ipv6:[::1]:5678, unix:/path
+    kind, _, rest = peer.partition(":")
+    host = rest.rpartition(":")[0].strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return peer
+    return peer if loopback else f"{kind}:{host}"
+
+
 class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base class is untyped
     """At most `limit` streams of any kind at once, on any service; unary calls are never counted.
 
     Each open stream holds a worker thread for as long as it lasts: with
     every stream kind counted (Read too, health Watch, reflection), the pool
     always keeps `workers - limit` threads for unary calls.
+
+    One client may use every slot while nobody else wants one (a peer following many feeds of this
+    one holds a stream per feed), but not keep them from others: when the cap is reached, a client
+    holding at most one stream fewer than the biggest holder (`stream_client`) cancels that
+    holder's newest stream and takes its slot. An idle Subscribe costs nothing to open, so
+    without this one client could shut every reader and follower out for as long as it liked.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._slots = threading.BoundedSemaphore(limit)
+        self._cond = threading.Condition()
+        self._open: dict[str, list[grpc.ServicerContext]] = {}  # client -> its open streams, oldest first
+        self._count = 0
+        #: id() of each stream cancelled to make room, until it ends -> the wait of the stream that cancelled it
+        self._evicted: dict[int, _Eviction] = {}
+        self._reserved = 0  # slots freed by evicted streams, held for the streams that cancelled them
 
     def intercept_service(
         self,
@@ -137,30 +165,90 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
             inner = getattr(h, field)
 
             def stream_out(request: object, context: grpc.ServicerContext) -> Iterator[object]:
-                self._enter(context)
+                client = self._enter(context)
                 try:
                     yield from inner(request, context)
                 finally:
-                    self._slots.release()
+                    self._leave(client, context)
 
             return h._replace(**{field: stream_out})
         inner_unary = h.stream_unary
 
         def stream_in(requests: Iterator[object], context: grpc.ServicerContext) -> object:
-            self._enter(context)
+            client = self._enter(context)
             try:
                 return inner_unary(requests, context)
             finally:
-                self._slots.release()
+                self._leave(client, context)
 
         return h._replace(stream_unary=stream_in)
 
-    def _enter(self, context: grpc.ServicerContext) -> None:
-        if not self._slots.acquire(blocking=False):
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many open streams on this server (limit {self.limit}); retry later",
-            )
+    def _enter(self, context: grpc.ServicerContext) -> str:
+        client = stream_client(context)
+        with self._cond:
+            if self._count + self._reserved >= self.limit:
+                victim = self._victim(client)
+                if victim is None:
+                    self._refuse(context)
+                wait = _Eviction()
+                self._evicted[id(victim)] = wait
+                event("stream_evicted", peer=victim.peer(), for_peer=context.peer())
+                victim.cancel()  # its handler notices and ends; its slot is then held for this stream
+                deadline = time.monotonic() + EVICTION_WAIT
+                while not wait.freed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        wait.waiting = False  # the slot, once free, is everyone's
+                        self._refuse(context)
+                    self._cond.wait(min(left, 0.1))
+                self._reserved -= 1
+            self._count += 1
+            self._open.setdefault(client, []).append(context)
+        return client
+
+    def _refuse(self, context: grpc.ServicerContext) -> NoReturn:
+        context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"too many open streams on this server (limit {self.limit}); retry later",
+        )
+        raise AssertionError("ServicerContext.abort returned")
+
+    def _victim(self, client: str) -> grpc.ServicerContext | None:
+        """The stream `client` may cancel to get a slot: the newest of the biggest holder's, if that
+        holder has at least two more (not counting streams already cancelled) than `client`. Called
+        with the lock held."""
+        live = {c: [x for x in xs if id(x) not in self._evicted] for c, xs in self._open.items()}
+        mine = len(live.get(client, ()))
+        biggest = max(live, key=lambda c: len(live[c]), default=None)
+        if biggest is not None and len(live[biggest]) > mine + 1:
+            return live[biggest][-1]
+        return None
+
+    def _leave(self, client: str, context: grpc.ServicerContext) -> None:
+        with self._cond:
+            streams = self._open.get(client, [])
+            for i, x in enumerate(streams):
+                if x is context:
+                    del streams[i]
+                    break
+            if not streams:
+                self._open.pop(client, None)
+            self._count -= 1
+            wait = self._evicted.pop(id(context), None)
+            if wait is not None and wait.waiting:
+                wait.freed = True
+                self._reserved += 1
+            self._cond.notify_all()
+
+
+class _Eviction:
+    """A stream waiting for the slot of the stream it cancelled (StreamCap)."""
+
+    __slots__ = ("freed", "waiting")
+
+    def __init__(self) -> None:
+        self.freed = False
+        self.waiting = True
 
 
 def is_loopback(listen: str) -> bool:

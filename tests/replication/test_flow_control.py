@@ -7,6 +7,7 @@ fails alone; no message is ever larger than the budget or the send limit.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -121,7 +122,7 @@ def test_a_full_in_flight_budget_cancels_the_stalled_reader_not_the_others(
 
 
 def test_stalled_reads_count_as_streams_and_unary_calls_still_run(
-    peers: Peers, clients: Clients, tmp_path: Path
+    peers: Peers, clients: Clients, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     big_feed(tmp_path / "peer" / "f", [[256 << 10] * 4 for _ in range(8)]).close()  # 8 MiB
     peer = peers("peer", max_streams=2)  # a pool of 2 + 32 threads
@@ -141,9 +142,52 @@ def test_stalled_reads_count_as_streams_and_unary_calls_still_run(
         # streams of other services count too; their unary calls still run
         health = health_pb2_grpc.HealthStub(c.channel)
         assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
-        with pytest.raises(grpc.RpcError) as watch:
+        # the 40 channels share one connection, one client holding both slots: another client's
+        # health Watch takes one of them (StreamCap's fair share), and a second Watch finds none
+        with caplog.at_level(logging.INFO, logger="feedlog.server"):
+            watch = health.Watch(health_pb2.HealthCheckRequest(), timeout=5)
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        assert sum('"event":"stream_evicted"' in r.getMessage() for r in caplog.records) == 1
+        with pytest.raises(grpc.RpcError) as second:
             next(health.Watch(health_pb2.HealthCheckRequest(), timeout=5))
-        assert watch.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert second.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        watch.cancel()
+
+
+def test_one_client_holding_every_stream_slot_gives_one_up_to_another(
+    peers: Peers, clients: Clients, caplog: pytest.LogCaptureFixture
+) -> None:
+    # before: one client with idle Subscribes (no token needed) shut every other reader and
+    # follower out for as long as it kept them open
+    peer = peers("peer", max_streams=4)
+    c = clients(peer)
+    key = c.create(timestamps="exact").key
+    c.put(key, [Write("/k", b"v")])
+    hog = grpc.insecure_channel(peer.address)
+    tail = None
+    try:
+        stub = pb_grpc.FeedsStub(hog)
+        request = pb.SubscribeRequest(feed=pb.FeedId(key=key), start=2**62)
+        with caplog.at_level(logging.INFO, logger="feedlog.server"):
+            idle = [stub.Subscribe(request, timeout=30) for _ in range(4)]
+            assert _until(lambda: sum('"event":"subscribe"' in r.getMessage() for r in caplog.records) == 4)
+        # another client reads: the hog's newest stream is cancelled for it
+        assert sum(len(s.blocks) for m in c.read(key, 0) for s in m.segments) == 2
+        assert _until(lambda: sum(call.done() for call in idle) == 1)
+        (gone,) = [call for call in idle if call.done()]
+        assert gone.code() == grpc.StatusCode.CANCELLED
+        # the hog cannot take a slot back from a client that holds fewer streams than it
+        tail = c.subscribe(key, 0)
+        next(iter(tail))
+        with pytest.raises(grpc.RpcError) as refused:
+            next(stub.Subscribe(request, timeout=30))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many open streams" in (refused.value.details() or "")
+        assert sum(call.done() for call in idle) == 1  # the hog keeps its other three
+    finally:
+        if tail is not None:
+            tail.cancel()
+        hog.close()
 
 
 # ---- item 4: one bad put fails alone -------------------------------------------------------------
