@@ -32,7 +32,7 @@ from .auth import DEFAULT_CREATE_RATE, DEFAULT_WRITE_RATE, Guard, Rate, generate
 from .events import event
 from .flow import DEFAULT_IN_FLIGHT_BYTES, DEFAULT_STALL_SECONDS, InFlight
 from .follower import Follower
-from .host import FeedHost
+from .host import DEFAULT_MAX_FEEDS, FeedHost
 from .rpc import rpc_handler, start_server
 from .service import FeedsService
 
@@ -76,6 +76,7 @@ class PeerServer:
         create_rate: Rate = DEFAULT_CREATE_RATE,
         fsync: bool = True,
         max_streams: int = 64,
+        max_feeds: int = DEFAULT_MAX_FEEDS,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES,
         stall_seconds: float = DEFAULT_STALL_SECONDS,
@@ -95,6 +96,7 @@ class PeerServer:
         self.token_file: Path | None = None
         self.fsync = fsync
         self.max_streams = max_streams
+        self.max_feeds = max_feeds  # hosted feeds beyond which unauthenticated pushes create none
         self.max_message_bytes = max_message_bytes
         self.max_in_flight_bytes = max_in_flight_bytes  # response messages built and not yet taken, all streams
         self.stall_seconds = stall_seconds  # how long a reader may leave one waiting while others wait for memory
@@ -121,7 +123,7 @@ class PeerServer:
             write_rate=self.write_rate,
             create_rate=self.create_rate,
         )
-        self.host = FeedHost(self.data, accept_new=self.accept_new, fsync=self.fsync)
+        self.host = FeedHost(self.data, accept_new=self.accept_new, fsync=self.fsync, max_feeds=self.max_feeds)
         workers = self.max_streams + 32  # streams are capped at max_streams: unary calls always find a thread
         self.service = FeedsService(
             self.host,

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly
+from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly, ResourceExhausted
 from feedlog.log import entries, merkle
 from feedlog.log.core import KEY_FILE, check_batch
 from feedlog.log.crypto import KeyPair, Verifier
@@ -23,6 +23,10 @@ from feedlog.log.timestamps import TimestampPolicy, parse_duration
 
 from .events import event
 from .group_commit import GroupCommitter
+
+#: feeds a peer hosts at most before unauthenticated pushes stop creating more (`serve --max-feeds`):
+#: each open feed holds ~3 file descriptors and its maps
+DEFAULT_MAX_FEEDS = 1000
 
 
 class HostedFeed:
@@ -59,9 +63,12 @@ class HostedFeed:
 
 
 class FeedHost:
-    def __init__(self, root: str | Path, *, accept_new: bool = False, fsync: bool = True) -> None:
+    def __init__(
+        self, root: str | Path, *, accept_new: bool = False, fsync: bool = True, max_feeds: int = DEFAULT_MAX_FEEDS
+    ) -> None:
         self.root = Path(root)
         self.accept_new = accept_new
+        self.max_feeds = max_feeds  # a stranger's push creates a feed only while fewer are hosted
         self.fsync = fsync
         self._lock = threading.Lock()
         self._feeds: dict[bytes, HostedFeed] = {}
@@ -128,16 +135,25 @@ class FeedHost:
         fork: int,
         *,
         authorized: bool = False,
+        stranger: bool = True,
         timestamps: str = "",
         ttl: str = "",
     ) -> HostedFeed:
         """A signed append at length 0 to a feed not hosted yet: checked *before* anything is created.
 
         `authorized`: the caller already applied the peer's creation policy (server/auth.py);
-        otherwise only a host made with accept_new takes new feeds.
+        otherwise only a host made with accept_new takes new feeds. `stranger`: the caller has no
+        credentials; its push creates a feed only while this peer hosts fewer than `max_feeds`
+        (each hosted feed holds open files and disk for as long as the peer runs).
         """
         if not (self.accept_new or authorized):
             raise NotFound(f"this peer does not host feed {key.hex()} and does not accept new feeds")
+        if stranger and len(self._feeds) >= self.max_feeds:
+            raise ResourceExhausted(
+                f"this peer hosts {len(self._feeds)} feeds, as many as it takes from unauthenticated pushes "
+                f"(serve --max-feeds {self.max_feeds}); push with a write token, or to another peer",
+                retry_after=60.0,
+            )
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
         check_batch(0, blocks)

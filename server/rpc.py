@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import faulthandler
 import functools
 import ipaddress
+import logging
 import os
 import signal
 import sys
@@ -22,7 +24,7 @@ from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from feedlog.errors import FeedlogError, InvalidArgument, Unavailable, shorten
+from feedlog.errors import FeedlogError, InvalidArgument, ResourceExhausted, Unavailable, shorten
 from feedlog.rpc import error_metadata, status_of
 
 from .events import event
@@ -47,6 +49,18 @@ def abort(context: grpc.ServicerContext, err: FeedlogError) -> NoReturn:
     raise AssertionError("ServicerContext.abort returned")  # it raises, always
 
 
+def system_error(e: OSError, method: str) -> FeedlogError:
+    """An OS error a handler met (out of file descriptors, disk full, ...) as a status the client can
+    act on; logged here with what the client is not told (paths on this server)."""
+    event("system_error", level=logging.WARNING, method=method, errno=e.errno, error=str(e))
+    what = e.strerror or type(e).__name__
+    if e.errno in (errno.EMFILE, errno.ENFILE):
+        return ResourceExhausted(f"this server has run out of open files ({what}); retry later", retry_after=5.0)
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceExhausted(f"this server's disk is full ({what}); retry later", retry_after=30.0)
+    return Unavailable(f"this server could not complete the call: {what}")
+
+
 def unary(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(self: object, request: Message, context: grpc.ServicerContext) -> object:
@@ -56,6 +70,8 @@ def unary(fn: F) -> F:
             abort(context, e)
         except ValueError as e:  # protobuf rejecting a field value
             abort(context, InvalidArgument(str(e)))
+        except OSError as e:
+            abort(context, system_error(e, fn.__name__))
 
     return wrapper  # type: ignore[return-value]
 

@@ -67,6 +67,12 @@ def peer_arguments(p: argparse.ArgumentParser) -> None:
         "--max-streams", type=int, default=64, help="open streams of any kind (reads, tails, pipelined appends) at most"
     )
     p.add_argument("--max-message-bytes", type=int, default=16 << 20, help="largest request accepted (16 MiB)")
+    p.add_argument(
+        "--max-feeds",
+        type=int,
+        default=1000,
+        help="with --accept-new: unauthenticated pushes create no feed once this many are hosted (default 1000)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
 
 
@@ -143,6 +149,7 @@ def serve_peer(ns: argparse.Namespace) -> None:
             create_rate=create_rate,
             max_streams=ns.max_streams,
             max_message_bytes=ns.max_message_bytes,
+            max_feeds=ns.max_feeds,
         )
     )
 

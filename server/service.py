@@ -45,7 +45,7 @@ from .flow import InFlight
 from .group_commit import GroupCommitter, Result
 from .host import FeedHost, HostedFeed
 from .rpc import abort as _abort
-from .rpc import unary
+from .rpc import system_error, unary
 
 DEFAULT_MESSAGE_BYTES = 1 << 20
 MAX_MESSAGE_BUDGET = 16 << 20
@@ -76,6 +76,8 @@ def streaming(fn: F) -> F:
             _abort(context, e)
         except ValueError as e:  # protobuf rejecting a field value
             _abort(context, InvalidArgument(str(e)))
+        except OSError as e:
+            _abort(context, system_error(e, fn.__name__))
 
     return wrapper  # type: ignore[return-value]
 
@@ -205,6 +207,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                 request.signature,
                 request.fork,
                 authorized=True,
+                stranger=principal is None,
                 timestamps=request.timestamps,
                 ttl=request.ttl,
             )

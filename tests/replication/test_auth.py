@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -19,7 +20,8 @@ import pytest
 
 from feedlog.cli import main
 from feedlog.cli.remote import warn_if_clear
-from feedlog.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
+from feedlog.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
+from feedlog.log.crypto import KeyPair
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication.client import FeedClient
@@ -98,6 +100,52 @@ def test_a_stranger_cannot_create_feeds_by_append_unless_the_peer_accepts_new(
     b = peers("b", accept_new=True)
     local_feed(tmp_path / "g", n=2, kp=OTHER).close()
     assert push(tmp_path / "g", Address(b.address)).length == 3
+
+
+def test_strangers_pushes_create_feeds_only_up_to_max_feeds(peers: Peers, tmp_path: Path) -> None:
+    # before: every anonymous push to an --accept-new peer kept a new feed open (~3 file descriptors)
+    # for as long as the peer ran, so one client's pushes ran it out of descriptors
+    a = peers("a", accept_new=True, max_feeds=2)
+    for i in range(2):
+        local_feed(tmp_path / f"f{i}", n=1, kp=KeyPair.from_seed(bytes([40 + i]) * 32)).close()
+        assert push(tmp_path / f"f{i}", Address(a.address)).length == 2
+    third = KeyPair.from_seed(bytes([42]) * 32)
+    local_feed(tmp_path / "f2", n=1, kp=third).close()
+    with pytest.raises(ResourceExhausted, match="--max-feeds 2"):
+        push(tmp_path / "f2", Address(a.address))
+    assert len(a.host) == 2 and not (tmp_path / "a" / third.public_key.hex()).exists()
+    # a writer with a token still creates feeds; strangers still extend the feeds hosted
+    assert push(tmp_path / "f2", Address(a.address), token=a.token).length == 2
+    with Feed.open(tmp_path / "f0") as f:
+        f.append([Write("/more", b"1")])
+    assert push(tmp_path / "f0", Address(a.address)).blocks == 1
+
+
+def test_an_os_error_in_a_handler_is_a_clear_status_without_server_paths(
+    peers: Peers, clients: Clients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # before: an OSError (out of file descriptors, disk full) escaped the handlers, and gRPC answered
+    # UNKNOWN with "Exception calling application: [Errno 24] Too many open files: '<a server path>'"
+    a = peers("a")
+    c = clients(a)
+    key = c.create(timestamps="exact").key
+
+    def out_of_files(*_: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files", "/srv/secret/feeds")
+
+    monkeypatch.setattr(a.host, "get", out_of_files)
+    with pytest.raises(ResourceExhausted, match="run out of open files") as unary_call:
+        c.info(key)  # a unary call
+    with pytest.raises(ResourceExhausted, match="run out of open files") as stream:
+        list(c.read(key, 0))  # a stream
+    assert "/srv/secret" not in str(unary_call.value) + str(stream.value)
+
+    def failing(*_: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", "/srv/secret/feeds")
+
+    monkeypatch.setattr(a.host, "get", failing)
+    with pytest.raises(Unavailable, match="could not complete the call: Permission denied"):
+        c.info(key)
 
 
 def test_the_generated_token_is_private_logged_by_path_and_kept(
