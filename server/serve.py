@@ -120,8 +120,8 @@ def serve_peer(ns: argparse.Namespace) -> None:
     from .rpc import require_tls_off_loopback, serve_forever
 
     tls = _server_tls(ns)
+    check_listen(ns.listen)  # first: a --listen without its port is not "reachable from other machines"
     require_tls_off_loopback(ns.listen, tls, ns.insecure)
-    check_listen(ns.listen)
     tokens: list[str] | None = None  # None: the peer generates one (unless --client-ca)
     if ns.write_token_file or os.environ.get(TOKEN_ENV):
         tokens = []
@@ -161,8 +161,8 @@ def serve_owner(ns: argparse.Namespace) -> None:
     from .rpc import require_tls_off_loopback, serve_forever
 
     tls = _server_tls(ns)
-    require_tls_off_loopback(ns.listen, tls, ns.insecure)  # table tokens travel in every commit's metadata
     check_listen(ns.listen)
+    require_tls_off_loopback(ns.listen, tls, ns.insecure)  # table tokens travel in every commit's metadata
     from feedlog.delta.objectstore import parse_storage_options
 
     options = parse_storage_options(ns.storage_option)

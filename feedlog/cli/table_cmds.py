@@ -286,6 +286,8 @@ def parse_timestamp(text: str) -> int:
 
 
 def cmd_history(ns: argparse.Namespace) -> None:
+    if ns.limit is not None and ns.limit < 1:
+        raise InvalidArgument("--limit must be >= 1")
     entries = open_table(ns).history(ns.limit)
     rows = [
         {

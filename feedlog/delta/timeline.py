@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from ..errors import Corruption, FeedlogError, NotFound, Unavailable
+from ..errors import Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable
 from .actions import CommitInfo, decode_commit, to_json
 from .committer import commit_path
 from .log import FIRST_CHUNK, Listing, decoded_commit, next_chunk, read_commit
@@ -115,6 +115,8 @@ class Timeline:
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """Retained commits, newest first (like DESCRIBE HISTORY); Corruption naming the commit if an
         in-commit timestamp among them is missing or not after the one before (the times would lie)."""
+        if limit is not None and limit < 0:
+            raise InvalidArgument(f"history limit must be >= 0, got {limit}")
         versions = sorted(self.listing.commits, reverse=True)
         if limit is not None:
             versions = versions[:limit]

@@ -66,6 +66,9 @@ def test_table_errors_are_one_line_with_exit_codes(tmp_path, table_path, capsys)
         (("table", "cleanup", table_path, "--retain", "soon"), 2, "bad duration"),
         (("table", "checkpoint", table_path, "--version", "99"), 3, "version 99 does not exist"),
         (("table",), 2, "required"),
+        # before: -1 printed all but the oldest commit and 0 printed nothing, both with exit 0
+        (("table", "history", table_path, "--limit", "-1"), 2, "--limit must be >= 1"),
+        (("table", "history", table_path, "--limit", "0"), 2, "--limit must be >= 1"),
     ]
     for args, want, message in cases:
         code, _out, err = run(capsys, *args)

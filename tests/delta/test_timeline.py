@@ -8,7 +8,7 @@ import pytest
 from feedlog.clock import ManualClock
 from feedlog.delta import DeltaTable
 from feedlog.delta.actions import ICT_ENABLEMENT_TIMESTAMP, ICT_ENABLEMENT_VERSION
-from feedlog.errors import NotFound
+from feedlog.errors import InvalidArgument, NotFound
 
 from .conftest import SCHEMA, T0, CountingStorage, counter_ids, rows
 
@@ -56,6 +56,9 @@ def test_history_uses_file_times_before_and_icts_from_the_enablement_version(ena
     assert [e.timestamp for e in h[4:]] == [T0 + 30_001 + i for i in range(4)]
     assert h[4].operation == "SET TBLPROPERTIES" and h[5].operation_parameters["mode"] == "Append"
     assert [e.version for e in t.history(limit=2)] == [7, 6]
+    assert t.history(limit=0) == []
+    with pytest.raises(InvalidArgument, match="history limit must be >= 0"):
+        t.history(limit=-1)  # before: every commit but the oldest
 
 
 def test_version_at_follows_the_reader_rules_across_the_boundary(enabled_late):

@@ -322,6 +322,11 @@ def test_cli_serve_refuses_plaintext_beyond_loopback(capsys: pytest.CaptureFixtu
     assert not (tmp_path / "d").exists()
     code, _, err = run(capsys, "serve", "--data", str(tmp_path / "d"), "--write-rate", "fast")
     assert code == 2 and "rate" in err
+    # a --listen without its port is told so, not taken for an address beyond this machine
+    for cmd in (["serve", "--data", str(tmp_path / "d")], ["owner", "serve", "--db", str(tmp_path / "o.db")]):
+        code, _, err = run(capsys, *cmd, "--listen", "127.0.0.1")
+        assert code == 2 and "expected HOST:PORT" in err and "--insecure" not in err, err
+    assert not (tmp_path / "d").exists() and not (tmp_path / "o.db").exists()
 
 
 @pytest.mark.slow
