@@ -324,7 +324,8 @@ def ingest_stream(
             else writer.trigger(processingTime=f"{trigger_seconds} seconds")
         )
         query = writer.start(table)
-        progress(f"streaming {len(sources)} feed(s) into {table} (checkpoint {ckpt}); Ctrl-C stops")
+        until = "stops once what the feeds hold now has landed" if available_now else "Ctrl-C stops"
+        progress(f"streaming {len(sources)} feed(s) into {table} (checkpoint {ckpt}); {until}")
         seen = -1
 
         def report() -> int:
