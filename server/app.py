@@ -76,6 +76,7 @@ class PeerServer:
         create_rate: Rate = DEFAULT_CREATE_RATE,
         fsync: bool = True,
         max_streams: int = 64,
+        max_streams_per_client: int | None = None,
         max_feeds: int = DEFAULT_MAX_FEEDS,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES,
@@ -96,6 +97,7 @@ class PeerServer:
         self.token_file: Path | None = None
         self.fsync = fsync
         self.max_streams = max_streams
+        self.max_streams_per_client = max_streams_per_client  # None: half of max_streams (rpc.StreamCap)
         self.max_feeds = max_feeds  # hosted feeds beyond which unauthenticated pushes create none
         self.max_message_bytes = max_message_bytes
         self.max_in_flight_bytes = max_in_flight_bytes  # response messages built and not yet taken, all streams
@@ -140,6 +142,7 @@ class PeerServer:
                 tls=self.tls,
                 workers=workers,
                 max_streams=self.max_streams,
+                max_streams_per_client=self.max_streams_per_client,
                 max_message_bytes=self.max_message_bytes,
             )
         except Unavailable:

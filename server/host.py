@@ -112,14 +112,17 @@ class FeedHost:
             raise NotFound(f"this peer hosts no feed with discovery key {dkey.hex()}")
         return hf
 
-    def replica(self, key: bytes, timestamps: str = "", ttl: str = "") -> HostedFeed:
+    def replica(self, key: bytes, timestamps: str = "", ttl: str = "", limit: int | None = None) -> HostedFeed:
         """The hosted feed `key`, created empty if new (a follower's first step).
 
         `timestamps`/`ttl`: the writer's settings, if it said them (a push does), kept to report them.
+        `limit`: a new feed only while fewer are hosted (a stranger's push), else ResourceExhausted.
         """
         with self._lock:
             if key in self._feeds:
                 return self._feeds[key]
+            if limit is not None and len(self._feeds) >= limit:
+                raise self._full()
             replica = Feed.create_replica(
                 self.root / key.hex(), key, fsync=self.fsync, timestamps=timestamps or None, ttl=ttl or None
             )
@@ -149,11 +152,7 @@ class FeedHost:
         if not (self.accept_new or authorized):
             raise NotFound(f"this peer does not host feed {key.hex()} and does not accept new feeds")
         if stranger and len(self._feeds) >= self.max_feeds:
-            raise ResourceExhausted(
-                f"this peer hosts {len(self._feeds)} feeds, as many as it takes from unauthenticated pushes "
-                f"(serve --max-feeds {self.max_feeds}); push with a write token, or to another peer",
-                retry_after=60.0,
-            )
+            raise self._full()  # before the work of checking the batch; checked again as it is created
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
         check_batch(0, blocks)
@@ -167,7 +166,14 @@ class FeedHost:
             TimestampPolicy.parse(timestamps)
         if ttl:
             parse_duration(ttl)
-        return self.replica(key, timestamps, ttl)
+        return self.replica(key, timestamps, ttl, self.max_feeds if stranger else None)
+
+    def _full(self) -> ResourceExhausted:
+        return ResourceExhausted(
+            f"this peer hosts {len(self._feeds)} feeds, as many as it takes from unauthenticated pushes "
+            f"(serve --max-feeds {self.max_feeds}); push with a write token, or to another peer",
+            retry_after=60.0,
+        )
 
     def create(self, content_type: str, timestamps: str, ttl: str | None) -> HostedFeed:
         """A new feed owned by this peer (it generates and keeps the key pair)."""

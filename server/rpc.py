@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
@@ -50,15 +51,22 @@ def abort(context: grpc.ServicerContext, err: FeedlogError) -> NoReturn:
 
 
 def system_error(e: OSError, method: str) -> FeedlogError:
-    """An OS error a handler met (out of file descriptors, disk full, ...) as a status the client can
-    act on; logged here with what the client is not told (paths on this server)."""
-    event("system_error", level=logging.WARNING, method=method, errno=e.errno, error=str(e))
+    """An OS error a handler met as a status without this server's paths: out of file descriptors or
+    disk space is ResourceExhausted (the client retries later); anything else is an internal error
+    (INTERNAL, not retried: it may be a bug), logged here with its traceback."""
     what = e.strerror or type(e).__name__
-    if e.errno in (errno.EMFILE, errno.ENFILE):
-        return ResourceExhausted(f"this server has run out of open files ({what}); retry later", retry_after=5.0)
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ResourceExhausted(f"this server's disk is full ({what}); retry later", retry_after=30.0)
-    return Unavailable(f"this server could not complete the call: {what}")
+    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT):
+        event("system_error", level=logging.WARNING, method=method, errno=e.errno, error=str(e))
+        full = "run out of open files" if e.errno in (errno.EMFILE, errno.ENFILE) else "run out of disk space"
+        return ResourceExhausted(f"this server has {full} ({what}); retry later", retry_after=5.0)
+    event(
+        "handler_error",
+        level=logging.ERROR,
+        method=method,
+        error=str(e),
+        traceback="".join(traceback.format_exception(e)),
+    )
+    return FeedlogError(f"internal error in {method}: {what} (the server's log has the details)")
 
 
 def unary(fn: F) -> F:
@@ -128,45 +136,40 @@ def _serialize(m: Message | bytes) -> bytes:
     return m if isinstance(m, bytes) else bytes(m.SerializeToString())
 
 
-#: how long a new stream waits for the slot of a stream it had cancelled (StreamCap's fair share)
-EVICTION_WAIT = 2.0
-
-
 def stream_client(context: grpc.ServicerContext) -> str:
-    """Who holds a stream, for StreamCap's fair share: the caller's IP address (any port), or on
-    loopback, where every local process shares one address, its connection."""
+    """Who holds a stream, for StreamCap's per-client share: the caller's IPv4 address, or the /64 of
+    its IPv6 address (one host's share of addresses); an address that does not parse, as it is."""
     peer = str(context.peer() or "unknown")  # ipv4:1.2.3.4:5678, ipv6:[::1]:5678, unix:/path
     kind, _, rest = peer.partition(":")
-    host = rest.rpartition(":")[0].strip("[]")
+    host = rest.rpartition(":")[0].strip("[]") if kind in ("ipv4", "ipv6") else ""
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return peer
-    return peer if loopback else f"{kind}:{host}"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # an IPv4 client of a dual-stack listener
+    if isinstance(address, ipaddress.IPv4Address):
+        return f"ipv4:{address}"
+    return f"ipv6:{ipaddress.IPv6Network((address, 64), strict=False)}"
 
 
 class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base class is untyped
-    """At most `limit` streams of any kind at once, on any service; unary calls are never counted.
+    """At most `limit` streams of any kind at once, on any service, and at most `per_client` of them
+    for one client (`stream_client`: an address, so every local process is one client on loopback);
+    unary calls are never counted.
 
-    Each open stream holds a worker thread for as long as it lasts: with
-    every stream kind counted (Read too, health Watch, reflection), the pool
-    always keeps `workers - limit` threads for unary calls.
-
-    One client may use every slot while nobody else wants one (a peer following many feeds of this
-    one holds a stream per feed), but not keep them from others: when the cap is reached, a client
-    holding at most one stream fewer than the biggest holder (`stream_client`) cancels that
-    holder's newest stream and takes its slot. An idle Subscribe costs nothing to open, so
-    without this one client could shut every reader and follower out for as long as it liked.
+    Each open stream holds a worker thread for as long as it lasts: with every stream kind counted
+    (Read too, health Watch, reflection), the pool always keeps `workers - limit` threads for unary
+    calls. An idle Subscribe costs nothing to open, so without the per-client share one client could
+    shut every other reader and follower out for as long as it liked.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_client: int | None = None) -> None:
         self.limit = limit
-        self._cond = threading.Condition()
-        self._open: dict[str, list[grpc.ServicerContext]] = {}  # client -> its open streams, oldest first
+        self.per_client = max(1, limit // 2) if per_client is None else per_client
+        self._lock = threading.Lock()
         self._count = 0
-        #: id() of each stream cancelled to make room, until it ends -> the wait of the stream that cancelled it
-        self._evicted: dict[int, _Eviction] = {}
-        self._reserved = 0  # slots freed by evicted streams, held for the streams that cancelled them
+        self._clients: dict[str, int] = {}
 
     def intercept_service(
         self,
@@ -185,7 +188,7 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
                 try:
                     yield from inner(request, context)
                 finally:
-                    self._leave(client, context)
+                    self._leave(client)
 
             return h._replace(**{field: stream_out})
         inner_unary = h.stream_unary
@@ -195,76 +198,36 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
             try:
                 return inner_unary(requests, context)
             finally:
-                self._leave(client, context)
+                self._leave(client)
 
         return h._replace(stream_unary=stream_in)
 
     def _enter(self, context: grpc.ServicerContext) -> str:
         client = stream_client(context)
-        with self._cond:
-            if self._count + self._reserved >= self.limit:
-                victim = self._victim(client)
-                if victim is None:
-                    self._refuse(context)
-                wait = _Eviction()
-                self._evicted[id(victim)] = wait
-                event("stream_evicted", peer=victim.peer(), for_peer=context.peer())
-                victim.cancel()  # its handler notices and ends; its slot is then held for this stream
-                deadline = time.monotonic() + EVICTION_WAIT
-                while not wait.freed:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        wait.waiting = False  # the slot, once free, is everyone's
-                        self._refuse(context)
-                    self._cond.wait(min(left, 0.1))
-                self._reserved -= 1
-            self._count += 1
-            self._open.setdefault(client, []).append(context)
-        return client
-
-    def _refuse(self, context: grpc.ServicerContext) -> NoReturn:
+        with self._lock:
+            mine = self._clients.get(client, 0)
+            if self._count < self.limit and mine < self.per_client:
+                self._count += 1
+                self._clients[client] = mine + 1
+                return client
+            full = self._count >= self.limit
         context.abort(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"too many open streams on this server (limit {self.limit}); retry later",
+            f"too many open streams on this server (limit {self.limit}); retry later"
+            if full
+            else f"too many open streams from this client (limit {self.per_client} per client); close some, "
+            "or retry later",
         )
         raise AssertionError("ServicerContext.abort returned")
 
-    def _victim(self, client: str) -> grpc.ServicerContext | None:
-        """The stream `client` may cancel to get a slot: the newest of the biggest holder's, if that
-        holder has at least two more (not counting streams already cancelled) than `client`. Called
-        with the lock held."""
-        live = {c: [x for x in xs if id(x) not in self._evicted] for c, xs in self._open.items()}
-        mine = len(live.get(client, ()))
-        biggest = max(live, key=lambda c: len(live[c]), default=None)
-        if biggest is not None and len(live[biggest]) > mine + 1:
-            return live[biggest][-1]
-        return None
-
-    def _leave(self, client: str, context: grpc.ServicerContext) -> None:
-        with self._cond:
-            streams = self._open.get(client, [])
-            for i, x in enumerate(streams):
-                if x is context:
-                    del streams[i]
-                    break
-            if not streams:
-                self._open.pop(client, None)
+    def _leave(self, client: str) -> None:
+        with self._lock:
             self._count -= 1
-            wait = self._evicted.pop(id(context), None)
-            if wait is not None and wait.waiting:
-                wait.freed = True
-                self._reserved += 1
-            self._cond.notify_all()
-
-
-class _Eviction:
-    """A stream waiting for the slot of the stream it cancelled (StreamCap)."""
-
-    __slots__ = ("freed", "waiting")
-
-    def __init__(self) -> None:
-        self.freed = False
-        self.waiting = True
+            left = self._clients[client] - 1
+            if left:
+                self._clients[client] = left
+            else:
+                del self._clients[client]
 
 
 def is_loopback(listen: str) -> bool:
@@ -303,11 +266,13 @@ def start_server(
     workers: int,
     max_message_bytes: int,
     max_streams: int | None = None,
+    max_streams_per_client: int | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started gRPC server with health checking and reflection; Unavailable if it cannot listen.
 
     Streams of every kind are capped at `max_streams` (a quarter of `workers`
-    if None), and the pool always has UNARY_HEADROOM threads beyond them; the
+    if None), one client's at `max_streams_per_client` (half of `max_streams` if None: StreamCap),
+    and the pool always has UNARY_HEADROOM threads beyond them; the
     server refuses calls beyond its threads with RESOURCE_EXHAUSTED rather
     than queueing them.
     """
@@ -323,7 +288,7 @@ def start_server(
     ]
     server = grpc.server(
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
-        interceptors=(StreamCap(streams),),
+        interceptors=(StreamCap(streams, max_streams_per_client),),
         options=options,
         maximum_concurrent_rpcs=threads,
     )

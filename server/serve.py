@@ -66,6 +66,12 @@ def peer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-streams", type=int, default=64, help="open streams of any kind (reads, tails, pipelined appends) at most"
     )
+    p.add_argument(
+        "--max-streams-per-client",
+        type=int,
+        metavar="N",
+        help="open streams of one client (an IP address; an IPv6 /64) at most (default: half of --max-streams)",
+    )
     p.add_argument("--max-message-bytes", type=int, default=16 << 20, help="largest request accepted (16 MiB)")
     p.add_argument(
         "--max-feeds",
@@ -148,6 +154,7 @@ def serve_peer(ns: argparse.Namespace) -> None:
             write_rate=write_rate,
             create_rate=create_rate,
             max_streams=ns.max_streams,
+            max_streams_per_client=ns.max_streams_per_client,
             max_message_bytes=ns.max_message_bytes,
             max_feeds=ns.max_feeds,
         )

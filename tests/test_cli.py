@@ -74,7 +74,10 @@ def test_drive_event_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         (["create", "{new}", "--ttl", "soon"], 2, "bad duration"),
         (["put", "{feed}", "k", "zz", "--hex"], 2, "not hex"),
         (["timestamp", "{feed}", "99"], 3, "outside the feed"),
-        (["timestamp", "{feed}", "x"], 2, "invalid int"),
+        (["timestamp", "{feed}", "x"], 2, "invalid seq 'x'"),
+        (["timestamp", "{feed}", "-1"], 2, "a seq is 0 or more"),  # before: exit 3, "outside the feed"
+        (["cat", "{feed}", "--from", "-2"], 2, "a seq is 0 or more"),
+        (["tail", "grpc://127.0.0.1:1/" + "00" * 32, "--from", "-1"], 2, "a seq is 0 or more"),
         (["append", "{feed}", "--jsonl", "{badjsonl}"], 2, "line 2"),
         (["nonsense"], 2, "invalid choice"),
     ],

@@ -126,7 +126,7 @@ def test_append_from_a_missing_or_broken_file_exits_with_its_kind(tmp_path: Path
 
 def test_cat_refuses_an_empty_or_past_the_end_range(feed: str) -> None:
     one_error(feedlog("cat", feed, "--from", "5", "--to", "2"), 2, "--from 5 --to 2")
-    one_error(feedlog("cat", feed, "--from", "-1"), 2, "--from -1")
+    one_error(feedlog("cat", feed, "--from", "-1"), 2, "--from: invalid seq '-1'")
     one_error(feedlog("cat", feed, "--from", "9"), 3, "past the end", "0..3")
     at_end = feedlog("cat", feed, "--from", "4")  # nothing new yet: a poller's normal answer
     assert at_end.returncode == 0 and at_end.stdout == "" and at_end.stderr == ""

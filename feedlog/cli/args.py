@@ -52,6 +52,17 @@ def add_command(sub: Subcommands, name: str, handler: Handler, help_: str) -> Pa
     return p
 
 
+def seq_number(text: str) -> int:
+    """An argument naming a position in a feed: a whole number, 0 or more (a usage mistake otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seq {text!r}: a whole number, 0 or more") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"invalid seq {text!r}: a seq is 0 or more")
+    return n
+
+
 def storage_option_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--storage-option",

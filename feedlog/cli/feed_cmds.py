@@ -20,7 +20,7 @@ from ..log.entries import DRIVE_EVENT, PROTOCOLS, decode_header
 from ..log.feed import DEFAULT_TIMESTAMPS, Feed, Write
 from ..log.timestamps import TimestampPolicy, parse_duration
 from ..replication import wire
-from .args import Handler, Parser, Subcommands, add_command
+from .args import Handler, Parser, Subcommands, add_command, seq_number
 from .fmt import (
     Json,
     Progress,
@@ -334,8 +334,6 @@ def header_line(block: bytes | None) -> str:
 
 
 def cmd_cat(ns: argparse.Namespace) -> None:
-    if ns.from_ < 0:
-        raise InvalidArgument(f"--from {ns.from_}: a seq is 0 or more (0 is the feed header)")
     if ns.to is not None and ns.to < ns.from_:
         raise InvalidArgument(f"--from {ns.from_} --to {ns.to}: the range is empty (--to is at least --from)")
     with opened(ns.path) as feed:
@@ -568,9 +566,9 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("path")
     p.add_argument(
-        "--from", dest="from_", type=int, default=1, metavar="N", help="first seq (default 1; 0: the header too)"
+        "--from", dest="from_", type=seq_number, default=1, metavar="N", help="first seq (default 1; 0: the header too)"
     )
-    p.add_argument("--to", type=int, metavar="M", help="last seq, inclusive (default: the end)")
+    p.add_argument("--to", type=seq_number, metavar="M", help="last seq, inclusive (default: the end)")
     p.add_argument("--raw", action="store_true", help="the block bytes as hex")
     progress_flag(p)
     json_flag(p)
@@ -582,7 +580,7 @@ def register(sub: Subcommands) -> None:
 
     p = add("timestamp", cmd_timestamp, "the writer timestamp of one seq")
     p.add_argument("path")
-    p.add_argument("seq", type=int)
+    p.add_argument("seq", type=seq_number)
     json_flag(p)
 
     p = add("verify", cmd_verify, "re-hash every block and check the signed root")

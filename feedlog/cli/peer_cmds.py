@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 from feedlog_server.serve import PEER_HELP, peer_arguments, serve_peer
 
-from ..errors import FeedlogError, InvalidArgument, Unavailable
+from ..errors import FeedlogError, Unavailable
 from ..log import entries
 from ..log.feed import Feed
 from ..replication.sync import clone, pull, push
 from ..rpc import Address
-from .args import Handler, Parser, Subcommands, add_command
+from .args import Handler, Parser, Subcommands, add_command, seq_number
 from .fmt import (
     Progress,
     emit,
@@ -103,8 +103,6 @@ def cmd_pull(ns: argparse.Namespace) -> int:
 
 
 def cmd_tail(ns: argparse.Namespace) -> None:
-    if ns.from_ < 0:
-        raise InvalidArgument("--from must be 0 or more")
     address, client = client_for(ns, ns.url)
     key = address.key
     shown = 0
@@ -163,7 +161,7 @@ def register(sub: Subcommands) -> None:
 
     p = add("tail", cmd_tail, "follow a feed on a peer live, verifying every block")
     p.add_argument("url", metavar="grpc://HOST:PORT/KEY")
-    p.add_argument("--from", dest="from_", type=int, default=1, metavar="N", help="first seq (default 1)")
+    p.add_argument("--from", dest="from_", type=seq_number, default=1, metavar="N", help="first seq (default 1)")
     p.add_argument("--count", type=int, metavar="N", help="stop after N entries (default: run until interrupted)")
     tls_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -7,7 +7,6 @@ fails alone; no message is ever larger than the budget or the send limit.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from feedlog.replication.sync import clone
 from feedlog.rpc import Address, channel_options
 from feedlog_server.app import PeerServer
 from feedlog_server.group_commit import GroupCommitter
+from feedlog_server.rpc import stream_client
 from feedlog_server.service import MESSAGE_HEADROOM
 
 from ..conftest import load_tool
@@ -122,10 +122,10 @@ def test_a_full_in_flight_budget_cancels_the_stalled_reader_not_the_others(
 
 
 def test_stalled_reads_count_as_streams_and_unary_calls_still_run(
-    peers: Peers, clients: Clients, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    peers: Peers, clients: Clients, tmp_path: Path
 ) -> None:
     big_feed(tmp_path / "peer" / "f", [[256 << 10] * 4 for _ in range(8)]).close()  # 8 MiB
-    peer = peers("peer", max_streams=2)  # a pool of 2 + 32 threads
+    peer = peers("peer", max_streams=2, max_streams_per_client=2)  # a pool of 2 + 32 threads
     c = clients(peer)
     key = c.create(timestamps="exact").key
     with stalled_reads(peer.address, KP.public_key, 40) as calls:
@@ -142,52 +142,56 @@ def test_stalled_reads_count_as_streams_and_unary_calls_still_run(
         # streams of other services count too; their unary calls still run
         health = health_pb2_grpc.HealthStub(c.channel)
         assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
-        # the 40 channels share one connection, one client holding both slots: another client's
-        # health Watch takes one of them (StreamCap's fair share), and a second Watch finds none
-        with caplog.at_level(logging.INFO, logger="feedlog.server"):
-            watch = health.Watch(health_pb2.HealthCheckRequest(), timeout=5)
-            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
-        assert sum('"event":"stream_evicted"' in r.getMessage() for r in caplog.records) == 1
-        with pytest.raises(grpc.RpcError) as second:
+        with pytest.raises(grpc.RpcError) as watch:
             next(health.Watch(health_pb2.HealthCheckRequest(), timeout=5))
-        assert second.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        watch.cancel()
+        assert watch.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def test_one_client_holding_every_stream_slot_gives_one_up_to_another(
-    peers: Peers, clients: Clients, caplog: pytest.LogCaptureFixture
-) -> None:
-    # before: one client with idle Subscribes (no token needed) shut every other reader and
-    # follower out for as long as it kept them open
-    peer = peers("peer", max_streams=4)
-    c = clients(peer)
-    key = c.create(timestamps="exact").key
-    c.put(key, [Write("/k", b"v")])
-    hog = grpc.insecure_channel(peer.address)
-    tail = None
+def test_one_client_holds_at_most_its_share_of_the_stream_slots(tmp_path: Path) -> None:
+    # before: one client with idle Subscribes (no token needed) took every stream slot and shut
+    # every other reader and follower out for as long as it kept them open. Two clients here: this
+    # machine over IPv4 and over IPv6 (localhost: both loopback addresses, one port)
+    peer = PeerServer(tmp_path / "peer", "localhost:0", max_streams=4).start()
+    v4, v6 = f"127.0.0.1:{peer.port}", f"[::1]:{peer.port}"
+    key = FeedClient(v4, token=peer.token, timeout=10).create(timestamps="exact").key
+    request = pb.SubscribeRequest(feed=pb.FeedId(key=key), start=2**62)
+    hog = grpc.insecure_channel(v4)
+    other = FeedClient(v6, timeout=10)
     try:
-        stub = pb_grpc.FeedsStub(hog)
-        request = pb.SubscribeRequest(feed=pb.FeedId(key=key), start=2**62)
-        with caplog.at_level(logging.INFO, logger="feedlog.server"):
-            idle = [stub.Subscribe(request, timeout=30) for _ in range(4)]
-            assert _until(lambda: sum('"event":"subscribe"' in r.getMessage() for r in caplog.records) == 4)
-        # another client reads: the hog's newest stream is cancelled for it
-        assert sum(len(s.blocks) for m in c.read(key, 0) for s in m.segments) == 2
-        assert _until(lambda: sum(call.done() for call in idle) == 1)
-        (gone,) = [call for call in idle if call.done()]
-        assert gone.code() == grpc.StatusCode.CANCELLED
-        # the hog cannot take a slot back from a client that holds fewer streams than it
-        tail = c.subscribe(key, 0)
-        next(iter(tail))
-        with pytest.raises(grpc.RpcError) as refused:
-            next(stub.Subscribe(request, timeout=30))
-        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "too many open streams" in (refused.value.details() or "")
-        assert sum(call.done() for call in idle) == 1  # the hog keeps its other three
+        idle = [pb_grpc.FeedsStub(hog).Subscribe(request, timeout=30) for _ in range(3)]
+        assert _until(lambda: sum(call.done() for call in idle) == 1)  # one of the three is refused at once
+        (refused,) = [call for call in idle if call.done()]
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many open streams from this client (limit 2 per client)" in (refused.details() or "")
+        idle.remove(refused)
+        # the other client still reads, and may hold its own share
+        assert sum(len(s.blocks) for m in other.read(key, 0) for s in m.segments) == 1
+        tails = [other.subscribe(key, 0) for _ in range(2)]
+        for t in tails:
+            next(iter(t))
+        assert not any(call.done() for call in idle)  # the hog keeps its two
+        tails[0].cancel()
+        tails[1].cancel()
     finally:
-        if tail is not None:
-            tail.cancel()
+        other.close()
         hog.close()
+        peer.stop(grace=1)
+
+
+def test_stream_clients_are_addresses_and_ipv6_prefixes() -> None:
+    class Ctx:
+        def __init__(self, peer: str) -> None:
+            self._peer = peer
+
+        def peer(self) -> str:
+            return self._peer
+
+    assert stream_client(Ctx("ipv4:10.1.2.3:5000")) == stream_client(Ctx("ipv4:10.1.2.3:6000")) == "ipv4:10.1.2.3"
+    assert stream_client(Ctx("ipv6:[::ffff:10.1.2.3]:5000")) == "ipv4:10.1.2.3"  # dual-stack listener
+    a, b = stream_client(Ctx("ipv6:[2001:db8::1]:1")), stream_client(Ctx("ipv6:[2001:db8::ffff:2]:2"))
+    assert a == b == "ipv6:2001:db8::/64"  # one host's share of addresses
+    assert stream_client(Ctx("ipv6:[2001:db8:0:1::1]:1")) != a
+    assert stream_client(Ctx("unix:/run/peer.sock")) == "unix:/run/peer.sock"
 
 
 # ---- item 4: one bad put fails alone -------------------------------------------------------------

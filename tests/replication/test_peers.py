@@ -441,7 +441,7 @@ def test_health_and_reflection_are_served(peers: Peers) -> None:
 
 
 def test_too_many_streams_get_resource_exhausted(peers: Peers, clients: Clients) -> None:
-    a = peers("a", max_streams=2)
+    a = peers("a", max_streams=2, max_streams_per_client=2)  # this test's clients are all one (loopback)
     key = clients(a).create().key
     subs = [clients(a).subscribe(key, 0) for _ in range(2)]
     its: list[Iterator[pb.ReadResponse]] = [iter(s) for s in subs]
