@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Corruption, InvalidArgument, NotFound
+from ..errors import Corruption, InvalidArgument, NotFound, SignatureError
 from ..log import merkle
-from ..log.core import KEY_FILE, Core
+from ..log.core import KEY_FILE, MAX_BLOCK_BYTES, Core
+from ..log.crypto import Verifier
 from ..log.entries import decode_header
+from ..log.merkle import TreeState
 from ..replication import wire
 from ..replication.client import FeedClient
 from ..replication.verify import SegmentVerifier, Verified, max_unsigned_bytes
@@ -92,7 +94,21 @@ class FeedSource:
                 return core.length, core.byte_length
         with self._client() as c:
             info = c.info(self.key)
-            return int(info.state.length), int(info.byte_length)
+        # the peer's word is not enough: a length must carry the key holder's signature (a made-up
+        # one would have a reader plan, and a stream wait for, entries that do not exist)
+        state = self._signed(wire.state_of(info.state)) if info.state.length else None
+        length = 0 if state is None else state.length
+        size = int(info.byte_length)  # not signed: bounded by what `length` blocks can hold
+        if not 0 <= size <= length * MAX_BLOCK_BYTES:
+            raise Corruption(f"{self.spec}: claims {size} bytes for {length} blocks")
+        return length, size
+
+    def _signed(self, state: TreeState) -> TreeState:
+        if not Verifier(self.key).verify(state.signature, state.signable()):
+            raise SignatureError(
+                f"{self.spec}: its signed state for length {state.length} does not verify with the feed key"
+            )
+        return state
 
     def batch_end(self, seq: int) -> int:
         """The length at the end of the signed batch holding `seq` (an offset that has a signature)."""
@@ -104,7 +120,10 @@ class FeedSource:
             for resp in c.read(self.key, seq, seq + 1):
                 for seg in resp.segments:
                     if seg.HasField("state"):
-                        return int(seg.state.length)
+                        end = self._signed(wire.state_of(seg.state)).length
+                        if end <= seq:
+                            raise Corruption(f"{self.spec}: the batch it sent for seq {seq} ends at {end}")
+                        return end
         raise Corruption(f"{self.spec}: sent no signed state covering seq {seq}")
 
     def header(self) -> bytes:

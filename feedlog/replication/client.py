@@ -175,7 +175,20 @@ class FeedClient:
             with_roots=with_roots,
             max_message_bytes=min(max_message_bytes or self.budget, self.budget),
         )
-        return self._stream(self.stub.Read(req), idle=self.read_idle, ahead=ahead)
+        return self._blocks(self._stream(self.stub.Read(req), idle=self.read_idle, ahead=ahead))
+
+    def _blocks(self, messages: Iterator[pb.ReadResponse]) -> Iterator[pb.ReadResponse]:
+        """Read or Subscribe messages, each carrying blocks: a peer sends blocks or nothing, and a stream of
+        empty messages would keep a reader busy (and its idle watch content) for ever."""
+        try:
+            for m in messages:
+                if not any(len(s.blocks) for s in m.segments):
+                    raise Corruption(f"{self.target}: sent a message with no blocks")
+                yield m
+        finally:
+            close = getattr(messages, "close", None)
+            if close is not None:
+                close()
 
     def subscribe(self, key: bytes, start: int, *, with_roots: bool = False) -> Subscription:
         req = pb.SubscribeRequest(
@@ -196,7 +209,7 @@ class Subscription:
         self._call = call
 
     def __iter__(self) -> Iterator[pb.ReadResponse]:
-        return self._client._stream(self._call)
+        return self._client._blocks(self._client._stream(self._call))
 
     def verified(self, key: bytes, start: int) -> Iterator[Verified]:
         return verified(iter(self), key, start, None, self._client.target, self._client.budget)
@@ -296,18 +309,31 @@ class Producer:
             yield pb.PutRequest(feed=self._feed, entries=[m for m, _ in batch])
 
     def _receive(self) -> None:
+        target = self._client.target
         try:
             for resp in self._call:
                 with self._cond:
-                    futs = self._in_flight.popleft()
+                    futs = self._in_flight.popleft() if self._in_flight else None
                     self._cond.notify_all()
-                for fut, a in zip(futs, resp.appended, strict=True):
-                    fut.set_result(appended_of(a))
+                if futs is None:
+                    raise Corruption(f"{target}: acknowledged a put it was never sent")
+                try:
+                    if len(resp.appended) != len(futs):
+                        raise Corruption(f"{target}: acknowledged {len(resp.appended)} entries of a put of {len(futs)}")
+                    results = [appended_of(a) for a in resp.appended]
+                except BaseException as e:  # this put's callers learn it too (they left the in-flight queue)
+                    err = e if isinstance(e, FeedlogError) else Corruption(f"{target}: a malformed ack ({e!r})")
+                    for fut in futs:
+                        fut.set_exception(err)
+                    raise err from None
+                for fut, result in zip(futs, results, strict=True):
+                    fut.set_result(result)
         except grpc.RpcError as e:
-            self._fail(error_of(e, self._client.target))
+            self._fail(error_of(e, target))
             return
-        except ValueError:  # zip(strict=True): an ack for a different number of entries
-            self._fail(Corruption(f"{self._client.target}: acknowledged a different number of entries"))
+        except Exception as e:  # never a silent death: every put waiting learns why, and the stream ends
+            self._fail(e if isinstance(e, FeedlogError) else Corruption(f"{target}: {e!r}"))
+            self._call.cancel()
             return
         with self._cond:
             unfinished = bool(self._in_flight or self._queue)

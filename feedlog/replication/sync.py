@@ -8,6 +8,7 @@ verified before it stays.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -340,20 +341,36 @@ def push(
                 f"sent. Push a feed before compacting it, or push from a copy that still holds block {cleared}"
             )
         failed: list[FeedlogError] = []
+        sent: collections.deque[tuple[int, bytes]] = collections.deque()  # each request's (end, signature)
 
         def requests() -> Iterator[pb.AppendRequest]:
             try:
-                yield from _append_requests(feed, remote)
+                for request in _append_requests(feed, remote):
+                    sent.append((request.expected_length + len(request.blocks), request.signature))
+                    yield request
             except FeedlogError as e:  # gRPC would turn it into a bare cancellation
                 failed.append(e)
 
         end = remote
         for st in client.append_stream(requests()):
+            # an ack answers the oldest request not yet answered: its length and signature, or the peer lies
+            want = sent.popleft() if sent else None
+            if want is None or (st.length, st.signature) != want:
+                said = f"length {st.length}" + ("" if want is None or st.length != want[0] else ", another signature")
+                raise Corruption(
+                    f"{address.target}: acknowledged {said} for "
+                    + (f"the batch ending at {want[0]}" if want else "a batch it was never sent")
+                )
             end = st.length
             if on_progress is not None:
                 on_progress(end - remote, feed.length - remote)
         if failed:
             raise failed[0]
+        if end < feed.length:  # the peer ended the stream without an error before taking everything
+            raise Unavailable(
+                f"{address.target}: stopped acknowledging at {end} of the {feed.length} blocks pushed; "
+                "push again to send the rest"
+            )
         return Copied(end - remote, end)
 
 

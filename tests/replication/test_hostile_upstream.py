@@ -73,6 +73,22 @@ class Hostile(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untype
             while context.is_active() and time.monotonic() < deadline:
                 time.sleep(0.05)
             return
+        if self.mode == "empty":  # messages with no blocks, as fast as it can (bounded, so the server can stop)
+            deadline = time.monotonic() + 10
+            while context.is_active() and time.monotonic() < deadline:
+                yield pb.ReadResponse()
+            return
+        if self.mode == "fake-state":  # a genuine-looking block under a signed state nobody signed
+            yield pb.ReadResponse(
+                segments=[
+                    pb.Segment(
+                        start=start,
+                        blocks=[b"x"],
+                        state=pb.SignedState(length=1 << 60, fork=0, tree_hash=bytes(32), signature=bytes(64)),
+                    )
+                ]
+            )
+            return
         if self.mode == "empty-blocks":
             yield pb.ReadResponse(segments=[pb.Segment(start=start, blocks=[b""] * 1_000_000)])
             return
@@ -94,6 +110,25 @@ class Hostile(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untype
 
     def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
         return self._stream(request.start, request.with_roots, context)
+
+    def AppendStream(
+        self, requests: Iterator[pb.AppendRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.AppendResponse]:
+        """ack-once: acknowledges the first batch, then ends the call as if all went well; ack-lie:
+        acknowledges the first batch with a length it never had."""
+        first = next(requests)
+        length = first.expected_length + len(first.blocks) if self.mode == "ack-once" else 10**12
+        state = pb.SignedState(length=length, fork=first.fork, tree_hash=bytes(32), signature=first.signature)
+        yield pb.AppendResponse(state=state)
+
+    def PutStream(self, requests: Iterator[pb.PutRequest], context: grpc.ServicerContext) -> Iterator[pb.PutResponse]:
+        """Acknowledges every request twice."""
+        seq = 1
+        for r in requests:
+            acks = [pb.Appended(seq=seq + i) for i in range(len(r.entries))]
+            seq += len(r.entries)
+            yield pb.PutResponse(appended=acks)
+            yield pb.PutResponse(appended=acks)
 
 
 @pytest.fixture
@@ -396,7 +431,8 @@ def test_roots_of_impossible_size_are_refused_naming_the_peer(
 
     with local_feed(tmp_path / "author", n=5) as feed:
         bad = [pb.Node(index=n.index, hash=n.hash, size=2**64 - 1) for n in map(wire.node_pb, feed.core.roots())]
-        svc, target = hostile(info_of(feed), "fork", fork_messages=[pb.ReadResponse(roots=bad)])
+        message = pb.ReadResponse(roots=bad, segments=[pb.Segment(start=1, blocks=[b"x"])])
+        svc, target = hostile(info_of(feed), "fork", fork_messages=[message])
         as_replica(feed, tmp_path / "copy", f"grpc://{target}/{feed.key.hex()}")
         feed.append([Write("/more", b"1")])  # the peer now advertises more than the copy holds
         svc.info = info_of(feed)
@@ -456,3 +492,69 @@ def test_a_read_from_a_silent_peer_gives_up_naming_it(hostile, tmp_path: Path) -
         with FeedClient(target, read_idle=1.0) as c, pytest.raises(Unavailable, match=f"{target}: sent nothing"):
             list(c.read(feed.key, 0))
         assert time.monotonic() - t < 5
+
+
+# ---- a peer that makes no progress, lies about lengths, or about what it took ------------------------------------
+
+
+def test_a_stream_of_messages_without_blocks_is_refused_naming_the_peer(hostile, author: Feed, tmp_path: Path) -> None:
+    # before: each empty message reset the read's idle watch, so a clone ran for ever at ~2,000
+    # messages/s of the client's CPU (and one message every 59 s kept it waiting for ever)
+    _svc, target = hostile(info_of(author), "empty")
+    t = time.monotonic()
+    with pytest.raises(Corruption, match=f"{target}: sent a message with no blocks"):
+        clone(Address.parse(f"grpc://{target}/{author.key.hex()}"), tmp_path / "copy")
+    with FeedClient(target) as c, pytest.raises(Corruption, match="no blocks"):
+        next(iter(c.subscribe(author.key, 0)))
+    assert time.monotonic() - t < 5
+
+
+def test_the_spark_source_trusts_no_length_the_key_holder_did_not_sign(hostile, author: Feed) -> None:
+    # before: GetInfo's length (or a read's state) was taken as it came: a length of 2**60 had the
+    # source plan partitions up to it until the process ran out of memory
+    from feedlog.errors import SignatureError
+    from feedlog.lake.feeds import FeedSource, parse_sources
+
+    info = info_of(author)
+    info.state.length = 1 << 60  # the signature is still the real state's
+    _svc, target = hostile(info, "fake-state")
+    (source,) = parse_sources(f"grpc://{target}/{author.key.hex()}")
+    assert isinstance(source, FeedSource)
+    with pytest.raises(SignatureError, match="signed state for length 1152921504606846976 does not verify"):
+        source.signed_size()
+    with pytest.raises(SignatureError, match="does not verify"):
+        source.batch_end(3)
+    _svc, honest = hostile(info_of(author), "fake-state")
+    (source,) = parse_sources(f"grpc://{honest}/{author.key.hex()}")
+    assert source.signed_size() == (author.length, author.core.byte_length)
+
+
+@pytest.mark.parametrize("mode", ["ack-once", "ack-lie"])
+def test_push_to_a_peer_that_stops_acknowledging_or_lies_is_an_error(
+    hostile, tmp_path: Path, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # before: both exited 0, printing {"pushed": 1, "length": 1} or the peer's made-up length
+    with local_feed(tmp_path / "author", n=30, batch=10) as feed:
+        info = info_of(feed)
+        info.state.length = 0
+        _svc, target = hostile(info, mode)
+    from feedlog.cli import main
+
+    code = main(["push", str(tmp_path / "author"), f"grpc://{target}", "--json"])
+    err = capsys.readouterr().err
+    if mode == "ack-once":
+        assert code == 8 and "stopped acknowledging at 1 of the 31 blocks" in err, err
+    else:
+        assert code == 5 and "acknowledged length 1000000000000 for the batch ending at 1" in err, err
+
+
+def test_a_producer_told_of_a_put_it_never_sent_fails_every_waiting_put(hostile, author: Feed) -> None:
+    # before: the receiver thread died on an empty in-flight queue (IndexError), and later puts'
+    # futures never resolved
+    _svc, target = hostile(info_of(author))
+    with FeedClient(target) as c:
+        p = c.producer(author.key)
+        assert p.put(Write("/a", b"1")).result(5).seq == 1
+        time.sleep(0.5)  # the second ack of that put arrives (were this put in flight by then, it would be its ack)
+        with pytest.raises(Corruption, match="acknowledged a put it was never sent"):
+            p.put(Write("/b", b"2")).result(5)
