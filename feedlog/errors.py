@@ -9,6 +9,8 @@ status codes: one place each.
 
 from __future__ import annotations
 
+import re
+
 
 class FeedlogError(Exception):
     """Root of every error feedlog raises on purpose."""
@@ -113,6 +115,16 @@ def exit_code(err: FeedlogError) -> int:
         if isinstance(err, kind):
             return code
     return 1
+
+
+#: characters a terminal acts on (C0 but tab, DEL, C1, line and paragraph separators), as escapes
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character escaped (a newline as \\n, an ESC as \\x1b): text from a
+    peer or a file shown as one line, which can neither forge lines nor move the cursor."""
+    return _CONTROLS.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def shorten(value: object, limit: int = 200) -> str:

@@ -216,11 +216,16 @@ def error_metadata(err: errors.FeedlogError) -> tuple[tuple[str, str], ...]:
     return tuple(md)
 
 
+#: the most of a peer's status detail an error keeps
+MAX_DETAIL = 4000
+
+
 def error_of(err: grpc.RpcError, peer: str) -> errors.FeedlogError:
     """A typed library error for a failed call, naming the peer."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     detail = (err.details() if hasattr(err, "details") else None) or str(code)
-    message = f"{peer}: {detail}"
+    # the peer's words, shown as one line of at most a few thousand characters
+    message = f"{peer}: {errors.printable(errors.shorten(detail, MAX_DETAIL))}"
     md = dict(_trailers(err))
     named = KINDS.get(str(md.get(KIND_METADATA, "")))
     # the name refines the code, never contradicts it: a kind of another status is ignored

@@ -114,3 +114,10 @@ def test_generated_tokens_never_start_with_a_dash() -> None:
     tokens = [rpc.new_token(32) for _ in range(5000)]
     assert not any(t.startswith("-") for t in tokens) and len(set(tokens)) == len(tokens)
     assert len(rpc.new_token(24)) == 32 and len(rpc.new_token(32)) == 43  # base64 of 24 and 32 bytes
+
+
+def test_printable_escapes_what_a_terminal_acts_on() -> None:
+    from feedlog.errors import printable
+
+    assert printable("a\nb\r\x1b[2J\x07\x7f\x9b\u2028c") == "a\\nb\\r\\x1b[2J\\x07\\x7f\\x9b\\u2028c"
+    assert printable("tab\tand é ü 日本") == "tab\tand é ü 日本"  # what is not a control stays

@@ -20,6 +20,7 @@ from ..log.entries import DRIVE_EVENT, PROTOCOLS, decode_header
 from ..log.feed import DEFAULT_TIMESTAMPS, Feed, Write
 from ..log.timestamps import TimestampPolicy, parse_duration
 from ..replication import wire
+from ..replication.verify import signed_state
 from .args import Handler, Parser, Subcommands, add_command, seq_number
 from .fmt import (
     Json,
@@ -471,7 +472,13 @@ def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
 def remote_info(ns: argparse.Namespace) -> Mapping[str, Json]:
     address, client = client_for(ns, ns.path)
     with client:
-        return wire.info_json(client.info(address.key))
+        info = client.info(address.key)
+    # shown only once checked: the feed asked for, and a state the key holder signed
+    if info.key != address.key:
+        raise Corruption(f"{address.target}: answered for feed {bytes(info.key).hex()}, not {address.key.hex()}")
+    if info.state.length:
+        signed_state(address.key, info.state, address.target)
+    return wire.info_json(info)
 
 
 # ---- registration ------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO, TypeAlias
 
+from ..errors import printable
 from ..log.entries import Record
 from ..log.feed import Appended
 
@@ -35,8 +36,8 @@ PREFIX = "feedlog:"
 
 
 def error_line(message: object) -> str:
-    """The one form of an error on stderr: `feedlog: error: MESSAGE`."""
-    return f"{PREFIX} error: {message}"
+    """The one form of an error on stderr: `feedlog: error: MESSAGE`, one line whatever MESSAGE holds."""
+    return f"{PREFIX} error: {printable(str(message))}"
 
 
 def emit(ns: argparse.Namespace, data: Json, human: Callable[[], None] | str | None = None) -> None:

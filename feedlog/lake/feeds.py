@@ -17,15 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Corruption, InvalidArgument, NotFound, SignatureError
+from ..errors import Corruption, InvalidArgument, NotFound
 from ..log import merkle
 from ..log.core import KEY_FILE, MAX_BLOCK_BYTES, Core
-from ..log.crypto import Verifier
 from ..log.entries import decode_header
-from ..log.merkle import TreeState
 from ..replication import wire
 from ..replication.client import FeedClient
-from ..replication.verify import SegmentVerifier, Verified, max_unsigned_bytes
+from ..replication.verify import SegmentVerifier, Verified, max_unsigned_bytes, signed_state
 from ..rpc import SCHEME, Address
 
 #: bytes per read message / local segment run
@@ -96,19 +94,12 @@ class FeedSource:
             info = c.info(self.key)
         # the peer's word is not enough: a length must carry the key holder's signature (a made-up
         # one would have a reader plan, and a stream wait for, entries that do not exist)
-        state = self._signed(wire.state_of(info.state)) if info.state.length else None
+        state = signed_state(self.key, info.state, self.spec) if info.state.length else None
         length = 0 if state is None else state.length
         size = int(info.byte_length)  # not signed: bounded by what `length` blocks can hold
         if not 0 <= size <= length * MAX_BLOCK_BYTES:
             raise Corruption(f"{self.spec}: claims {size} bytes for {length} blocks")
         return length, size
-
-    def _signed(self, state: TreeState) -> TreeState:
-        if not Verifier(self.key).verify(state.signature, state.signable()):
-            raise SignatureError(
-                f"{self.spec}: its signed state for length {state.length} does not verify with the feed key"
-            )
-        return state
 
     def batch_end(self, seq: int) -> int:
         """The length at the end of the signed batch holding `seq` (an offset that has a signature)."""
@@ -120,7 +111,7 @@ class FeedSource:
             for resp in c.read(self.key, seq, seq + 1):
                 for seg in resp.segments:
                     if seg.HasField("state"):
-                        end = self._signed(wire.state_of(seg.state)).length
+                        end = signed_state(self.key, seg.state, self.spec).length
                         if end <= seq:
                             raise Corruption(f"{self.spec}: the batch it sent for seq {seq} ends at {end}")
                         return end

@@ -256,6 +256,7 @@ def clone(
         # asked for before the copy is created (fsyncs): the peer builds its first message meanwhile;
         # should the create fail, closing the client ends the call
         responses = client.read(key, 0, state.length, with_roots=True, ahead=READ_AHEAD)
+        before = set(os.listdir(p)) if p.is_dir() else None  # a directory of the user's (empty, or create refuses)
         feed = _replica(p, key, info)
         try:
             check_remote(feed, state, address.target)
@@ -265,8 +266,15 @@ def clone(
         except BaseException:
             empty = feed.length == 0
             feed.close()
-            if empty:
+            if empty and before is None:
                 shutil.rmtree(p, ignore_errors=True)
+            elif empty and before is not None:  # the directory was there before: only what this clone made goes
+                for name in set(os.listdir(p)) - before:
+                    child = p / name
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
             raise
         finally:
             feed.close()

@@ -32,6 +32,15 @@ MESSAGE_OVERHEAD = 256 << 10
 UNSIGNED_MESSAGES = 4
 
 
+def signed_state(key: bytes, m: pb.SignedState, source: str) -> TreeState:
+    """A peer's signed state of feed `key`, once its signature verifies with the key (a length, tree
+    hash or fork a peer merely claims is worth nothing): SignatureError naming `source` otherwise."""
+    state = wire.state_of(m)
+    if not Verifier(key).verify(state.signature, state.signable()):
+        raise SignatureError(f"{source}: its signed state for length {state.length} does not verify with the feed key")
+    return state
+
+
 def max_message_bytes(budget: int) -> int:
     """The largest message a reader that asked for `budget` accepts.
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -61,6 +62,8 @@ class Hostile(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untype
     streams: int = 0
 
     def GetInfo(self, request: pb.GetInfoRequest, context: grpc.ServicerContext) -> pb.FeedInfo:
+        if self.mode == "abort":  # a status detail written for a terminal
+            context.abort(grpc.StatusCode.NOT_FOUND, "no such feed\n\x1b[2J\x1b[Hcloned 10 blocks\nfeedlog: ok\x07")
         return self.info
 
     def _stream(self, start: int, with_roots: bool, context: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
@@ -558,3 +561,79 @@ def test_a_producer_told_of_a_put_it_never_sent_fails_every_waiting_put(hostile,
         time.sleep(0.5)  # the second ack of that put arrives (were this put in flight by then, it would be its ack)
         with pytest.raises(Corruption, match="acknowledged a put it was never sent"):
             p.put(Write("/b", b"2")).result(5)
+
+
+def test_a_peer_s_error_text_is_one_line_without_terminal_controls(
+    hostile, author: Feed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # before: the peer's detail reached stderr as it came: three lines, a clear-screen, a made-up success line
+    from feedlog.cli import main
+
+    _svc, target = hostile(info_of(author), "abort")
+    for args in (
+        ["info", f"grpc://{target}/{author.key.hex()}"],
+        ["clone", f"grpc://{target}/{author.key.hex()}", str(tmp_path / "copy")],
+    ):
+        assert main(args) == 3
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "\x1b" not in err and "\x07" not in err, err
+        assert "no such feed\\n\\x1b[2J" in err, err  # shown, escaped
+
+
+def test_a_failed_clone_into_an_existing_empty_directory_keeps_the_directory(
+    hostile, author: Feed, tmp_path: Path
+) -> None:
+    # before: the clone removed the directory itself (a mount point, a shell's working directory)
+    _svc, target = hostile(info_of(author), "empty")
+    into = tmp_path / "mine"
+    into.mkdir(mode=0o750)
+    with pytest.raises(Corruption):
+        clone(Address.parse(f"grpc://{target}/{author.key.hex()}"), into)
+    assert into.is_dir() and list(into.iterdir()) == []
+
+
+def test_tail_decodes_by_the_signed_header_and_info_shows_only_what_verifies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # before: tail decoded by GetInfo's (unsigned) content type, turning a drive-event feed's stat
+    # entries into raw values, and `info grpc://` printed another feed's key or a made-up length
+    from feedlog.cli import main
+    from feedlog_server.service import FeedsService
+
+    with Feed.create(tmp_path / "drive", content_type="drive-event", key_pair=KP, timestamps="off") as feed:
+        feed.append([Write("/a.txt", {"size": 12, "mode": 0o644}), Write("/b.txt", {"size": 7, "mode": 0o600})])
+    peer = PeerServer(tmp_path / "peer", "127.0.0.1:0").start()
+    try:
+        url = f"grpc://{peer.address}/{KP.public_key.hex()}"
+        push(tmp_path / "drive", Address(peer.address), token=peer.token)
+        honest_info = FeedsService._info
+
+        def lying(self: FeedsService, hf: Any, with_key: bool) -> Any:
+            m = honest_info(self, hf, with_key)
+            m.content_type = "entry"
+            return m
+
+        monkeypatch.setattr(FeedsService, "_info", lying)
+        assert main(["tail", url, "--count", "2", "--json"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [r["stat"] for r in rows] == [{"mode": 0o644, "size": 12}, {"mode": 0o600, "size": 7}]
+
+        def other_key(self: FeedsService, hf: Any, with_key: bool) -> Any:
+            m = honest_info(self, hf, with_key)
+            m.key = bytes(32)
+            return m
+
+        monkeypatch.setattr(FeedsService, "_info", other_key)
+        assert main(["info", url]) == 5
+        assert "answered for feed 0000" in capsys.readouterr().err
+
+        def made_up(self: FeedsService, hf: Any, with_key: bool) -> Any:
+            m = honest_info(self, hf, with_key)
+            m.state.length = 10**12
+            return m
+
+        monkeypatch.setattr(FeedsService, "_info", made_up)
+        assert main(["info", url]) == 5
+        assert "signed state for length 1000000000000 does not verify" in capsys.readouterr().err
+    finally:
+        peer.stop(grace=1)
