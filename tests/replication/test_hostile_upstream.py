@@ -637,3 +637,21 @@ def test_tail_decodes_by_the_signed_header_and_info_shows_only_what_verifies(
         assert "signed state for length 1000000000000 does not verify" in capsys.readouterr().err
     finally:
         peer.stop(grace=1)
+
+
+def test_a_following_peer_rejects_an_upstream_that_sends_empty_messages(hostile, author: Feed, tmp_path: Path) -> None:
+    # a tail has no idle watch (it may wait for ever): empty messages kept a follower busy for ever
+    _svc, target = hostile(info_of(author), "empty")
+    peer = PeerServer(
+        tmp_path / "follower",
+        "127.0.0.1:0",
+        follow=[Address.parse(f"grpc://{target}/{author.key.hex()}", need_feed=True)],
+    ).start()
+    try:
+        f = peer.followers[0]
+        deadline = time.monotonic() + 10
+        while f.rejections < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f.rejections >= 1 and "sent a message with no blocks" in (f.last_error or ""), f.last_error
+    finally:
+        peer.stop(grace=1)
