@@ -117,8 +117,9 @@ def exit_code(err: FeedlogError) -> int:
     return 1
 
 
-#: characters a terminal acts on (C0 but tab, DEL, C1, line and paragraph separators), as escapes
-_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+#: characters a terminal acts on (C0 but tab, DEL, C1, line and paragraph separators) or that reorder
+#: how a line shows (bidirectional marks, embeddings, overrides and isolates), as escapes
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:

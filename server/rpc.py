@@ -167,6 +167,11 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
     def __init__(self, limit: int, per_client: int | None = None) -> None:
         self.limit = limit
         self.per_client = max(1, limit // 2) if per_client is None else per_client
+        if self.per_client < 1:
+            raise InvalidArgument(f"streams per client must be >= 1, got {self.per_client}")
+        #: slots a client beyond its share leaves free for others: with spare slots, one client (Spark's
+        #: tasks on one host, a follower of many feeds) may hold more than its share, never all
+        self.reserve = max(0, min(limit - self.per_client, limit // 4))
         self._lock = threading.Lock()
         self._count = 0
         self._clients: dict[str, int] = {}
@@ -206,19 +211,21 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
         client = stream_client(context)
         with self._lock:
             mine = self._clients.get(client, 0)
-            if self._count < self.limit and mine < self.per_client:
+            if self._count < self.limit and (mine < self.per_client or self._count < self.limit - self.reserve):
                 self._count += 1
                 self._clients[client] = mine + 1
                 return client
-            full = self._count >= self.limit
-        context.abort(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"too many open streams on this server (limit {self.limit}); retry later"
-            if full
-            else f"too many open streams from this client (limit {self.per_client} per client); close some, "
-            "or retry later",
+            full = self._count >= self.limit and mine < self.per_client
+        abort(
+            context,
+            ResourceExhausted(
+                f"too many open streams on this server (limit {self.limit}); retry later"
+                if full
+                else f"too many open streams from this client ({mine}; its share is {self.per_client} when the "
+                f"server is busy, of {self.limit}); close some, or retry later",
+                retry_after=1.0,
+            ),
         )
-        raise AssertionError("ServicerContext.abort returned")
 
     def _leave(self, client: str) -> None:
         with self._lock:

@@ -136,6 +136,8 @@ def serve_peer(ns: argparse.Namespace) -> None:
         if os.environ.get(TOKEN_ENV):
             tokens.append("sha256:" + token_hash(check_token(os.environ[TOKEN_ENV])).hex())
     write_rate, create_rate = Rate.parse(ns.write_rate), Rate.parse(ns.create_rate)
+    if ns.max_streams_per_client is not None and ns.max_streams_per_client < 1:
+        raise InvalidArgument(f"--max-streams-per-client must be >= 1, got {ns.max_streams_per_client}")
     follow = [Address.parse(u, need_feed=True) for u in ns.follow]
     for a in follow:
         a.key  # noqa: B018 -- validates the key before the server starts

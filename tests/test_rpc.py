@@ -121,3 +121,4 @@ def test_printable_escapes_what_a_terminal_acts_on() -> None:
 
     assert printable("a\nb\r\x1b[2J\x07\x7f\x9b\u2028c") == "a\\nb\\r\\x1b[2J\\x07\\x7f\\x9b\\u2028c"
     assert printable("tab\tand é ü 日本") == "tab\tand é ü 日本"  # what is not a control stays
+    assert printable("ok\u202egnp.exe\u2066") == "ok\\u202egnp.exe\\u2066"  # no reordering of the line

@@ -14,8 +14,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO
 
-from ..errors import Corruption, InvalidArgument, NotFound, PermissionDenied
+from ..errors import Corruption, InvalidArgument, NotFound, PermissionDenied, printable
 from ..log.core import MAX_BATCH_BYTES
+from ..log.crypto import discovery_key
 from ..log.entries import DRIVE_EVENT, PROTOCOLS, decode_header
 from ..log.feed import DEFAULT_TIMESTAMPS, Feed, Write
 from ..log.timestamps import TimestampPolicy, parse_duration
@@ -38,7 +39,7 @@ from .fmt import (
     record_line,
     writes_to_file,
 )
-from .remote import client_for, is_remote, tls_args
+from .remote import client_for, is_remote, signed_type, tls_args
 
 DEFAULT_BATCH = 1000
 
@@ -375,7 +376,7 @@ def cmd_info(ns: argparse.Namespace) -> None:
         for k, v in info.items():
             if k.endswith("timestamp") and isinstance(v, int):
                 v = f"{v} ({fmt_ts(v)})"
-            print(f"{k:<16}{'-' if v is None else v}")
+            print(f"{k:<16}{'-' if v is None else printable(str(v))}")  # a peer's strings stay one line each
 
     emit(ns, info, human)
 
@@ -473,11 +474,13 @@ def remote_info(ns: argparse.Namespace) -> Mapping[str, Json]:
     address, client = client_for(ns, ns.path)
     with client:
         info = client.info(address.key)
-    # shown only once checked: the feed asked for, and a state the key holder signed
-    if info.key != address.key:
-        raise Corruption(f"{address.target}: answered for feed {bytes(info.key).hex()}, not {address.key.hex()}")
-    if info.state.length:
-        signed_state(address.key, info.state, address.target)
+        # shown only once checked: the feed asked for, a state the key holder signed, the type its
+        # signed header says (the writer's settings the peer reports stay its word: shown, escaped)
+        if info.key != address.key or info.discovery_key != discovery_key(address.key):
+            raise Corruption(f"{address.target}: answered for another feed than {address.key.hex()}")
+        if info.state.length:
+            signed_state(address.key, info.state, address.target)
+            info.content_type = signed_type(client, address.key, address.target)
     return wire.info_json(info)
 
 

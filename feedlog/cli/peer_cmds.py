@@ -14,10 +14,9 @@ from collections.abc import Callable
 
 from feedlog_server.serve import PEER_HELP, peer_arguments, serve_peer
 
-from ..errors import Corruption, FeedlogError, Unavailable
+from ..errors import FeedlogError, Unavailable
 from ..log import entries
 from ..log.feed import Feed
-from ..replication.client import FeedClient
 from ..replication.sync import clone, pull, push
 from ..rpc import Address
 from .args import Handler, Parser, Subcommands, add_command, seq_number
@@ -32,7 +31,7 @@ from .fmt import (
     record_json,
     record_line,
 )
-from .remote import client_for, peer_token, tls_args, tls_of, warn_if_clear
+from .remote import client_for, header_type, peer_token, signed_type, tls_args, tls_of, warn_if_clear
 
 
 def _reporter(progress: Progress) -> Callable[[int, int], None]:
@@ -103,19 +102,6 @@ def cmd_pull(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _signed_type(client: FeedClient, key: bytes, source: str) -> str:
-    """The content type the feed's header says, the header verified against a signed tree."""
-    for batch in client.read_verified(key, 0, 1):
-        return _header_type(batch.blocks[0], source)
-    raise Corruption(f"{source}: sent no header block")
-
-
-def _header_type(block: bytes | None, source: str) -> str:
-    if block is None:
-        raise Corruption(f"{source}: the feed's header block was cleared")
-    return entries.decode_header(block)
-
-
 def cmd_tail(ns: argparse.Namespace) -> None:
     address, client = client_for(ns, ns.url)
     key = address.key
@@ -123,7 +109,7 @@ def cmd_tail(ns: argparse.Namespace) -> None:
     with client:
         # entries decode by the feed's type, which only its header (block 0) says with a signature;
         # a feed with no blocks yet is tailed from 0, so that its header comes first
-        content_type = _signed_type(client, key, address.target) if client.info(key).state.length else None
+        content_type = signed_type(client, key, address.target) if client.info(key).state.length else None
         start = ns.from_ if content_type is not None else 0
         sub = client.subscribe(key, start, with_roots=True)
         try:
@@ -131,7 +117,7 @@ def cmd_tail(ns: argparse.Namespace) -> None:
                 for k, block in enumerate(batch.blocks):
                     seq = batch.start + k
                     if seq == 0:
-                        content_type = content_type or _header_type(block, address.target)
+                        content_type = content_type or header_type(block, address.target)
                         continue
                     if seq < ns.from_ or content_type is None:
                         continue

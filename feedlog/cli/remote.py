@@ -8,7 +8,8 @@ import sys
 
 from feedlog_server.auth import TOKEN_ENV
 
-from ..errors import InvalidArgument
+from ..errors import Corruption, InvalidArgument
+from ..log import entries
 from ..replication.client import FeedClient
 from ..rpc import SCHEME, Address, Tls
 from .args import given_token
@@ -63,3 +64,17 @@ def warn_if_clear(target: str, tls: Tls | None, token: str | None) -> None:
 
     if token and tls is None and not is_loopback(target):
         print(f"feedlog: warning: sending the write token to {target} without TLS (--tls-ca)", file=sys.stderr)
+
+
+def signed_type(client: FeedClient, key: bytes, source: str) -> str:
+    """The content type feed `key`'s header says, the header verified against a signed tree (GetInfo's
+    `content_type` is the peer's word only)."""
+    for batch in client.read_verified(key, 0, 1):
+        return header_type(batch.blocks[0], source)
+    raise Corruption(f"{source}: sent no header block")
+
+
+def header_type(block: bytes | None, source: str) -> str:
+    if block is None:
+        raise Corruption(f"{source}: the feed's header block was cleared")
+    return entries.decode_header(block)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -149,7 +149,7 @@ class FeedClient:
     def put(self, feed: bytes, writes: Sequence[Write], timeout: float | None = None) -> list[Appended]:
         """Server-side append: one durable batch (group-committed with other clients' puts)."""
         resp = self._call(self.stub.Put, pb.PutRequest(feed=feed, entries=wire.puts_pb(writes)), timeout, write=True)
-        return [appended_of(a) for a in resp.appended]
+        return acked(resp, len(writes), 0, self.target)
 
     def producer(self, feed: bytes, *, max_batch: int = 1000, max_in_flight: int = 32) -> Producer:
         return Producer(self, feed, max_batch=max_batch, max_in_flight=max_in_flight)
@@ -250,10 +250,40 @@ def verified(
         raise Corruption(f"{source}: the stream ended after {v.pending} blocks from {v.length} that were never signed")
 
 
+def acked(resp: pb.PutResponse, count: int, after: int, source: str) -> list[Appended]:
+    """The entries a put's ack says were appended, once it makes sense: `count` of them, at consecutive
+    seqs past `after` (the last seq this stream was told) and within the state it reports; Corruption
+    naming `source` otherwise. (The state's signature proves nothing here: a peer takes puts only for
+    feeds whose secret key it holds, so it signs what it likes.)"""
+    if len(resp.appended) != count:
+        raise Corruption(f"{source}: acknowledged {len(resp.appended)} entries of a put of {count}")
+    if not count:
+        return []
+    first, last = resp.appended[0].seq, resp.appended[count - 1].seq
+    if first <= after or any(a.seq != first + i for i, a in enumerate(resp.appended)) or last >= resp.state.length:
+        raise Corruption(
+            f"{source}: acknowledged a put of {count} at seqs {first}..{last} in a feed of length "
+            f"{resp.state.length} (after seq {after})"
+        )
+    return [appended_of(a) for a in resp.appended]
+
+
 def appended_of(a: pb.Appended) -> Appended:
     return Appended(
         a.seq, a.timestamp if a.HasField("timestamp") else None, a.expires_at if a.HasField("expires_at") else None
     )
+
+
+def _settle(futs: Sequence[Future[Appended]], outcome: Appended | BaseException) -> None:
+    """Each future's result (or exception), unless its caller cancelled it or it is settled already."""
+    for f in futs:
+        try:
+            if isinstance(outcome, BaseException):
+                f.set_exception(outcome)
+            else:
+                f.set_result(outcome)
+        except InvalidStateError:
+            pass
 
 
 class Producer:
@@ -310,6 +340,7 @@ class Producer:
 
     def _receive(self) -> None:
         target = self._client.target
+        last = 0  # the last seq this stream was told: each ack's seqs come after it
         try:
             for resp in self._call:
                 with self._cond:
@@ -318,21 +349,23 @@ class Producer:
                 if futs is None:
                     raise Corruption(f"{target}: acknowledged a put it was never sent")
                 try:
-                    if len(resp.appended) != len(futs):
-                        raise Corruption(f"{target}: acknowledged {len(resp.appended)} entries of a put of {len(futs)}")
-                    results = [appended_of(a) for a in resp.appended]
-                except BaseException as e:  # this put's callers learn it too (they left the in-flight queue)
-                    err = e if isinstance(e, FeedlogError) else Corruption(f"{target}: a malformed ack ({e!r})")
-                    for fut in futs:
-                        fut.set_exception(err)
-                    raise err from None
+                    results = acked(resp, len(futs), last, target)
+                except FeedlogError as e:  # this put's callers learn it too (they left the in-flight queue)
+                    _settle(futs, e)
+                    raise
+                if results:
+                    last = results[-1].seq
                 for fut, result in zip(futs, results, strict=True):
-                    fut.set_result(result)
+                    _settle([fut], result)
         except grpc.RpcError as e:
             self._fail(error_of(e, target))
             return
-        except Exception as e:  # never a silent death: every put waiting learns why, and the stream ends
-            self._fail(e if isinstance(e, FeedlogError) else Corruption(f"{target}: {e!r}"))
+        except FeedlogError as e:  # never a silent death: every put waiting learns why, and the stream ends
+            self._fail(e)
+            self._call.cancel()
+            return
+        except Exception as e:  # a fault of ours, not the peer's: said as what it is
+            self._fail(FeedlogError(f"the producer's receiver failed: {e!r}"))
             self._call.cancel()
             return
         with self._cond:
@@ -348,9 +381,7 @@ class Producer:
             self._in_flight.clear()
             self._queue.clear()
             self._cond.notify_all()
-        for f in pending:
-            if not f.done():
-                f.set_exception(err)
+        _settle(pending, err)
 
     def flush(self, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Wait until every queued put is acknowledged (or failed)."""

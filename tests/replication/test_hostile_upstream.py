@@ -125,13 +125,16 @@ class Hostile(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, untype
         yield pb.AppendResponse(state=state)
 
     def PutStream(self, requests: Iterator[pb.PutRequest], context: grpc.ServicerContext) -> Iterator[pb.PutResponse]:
-        """Acknowledges every request twice."""
+        """Acknowledges every request twice (seq-lie: once, every entry at seq 7)."""
         seq = 1
         for r in requests:
+            if self.mode == "seq-lie":
+                yield pb.PutResponse(appended=[pb.Appended(seq=7)] * len(r.entries), state=self.info.state)
+                continue
             acks = [pb.Appended(seq=seq + i) for i in range(len(r.entries))]
             seq += len(r.entries)
-            yield pb.PutResponse(appended=acks)
-            yield pb.PutResponse(appended=acks)
+            yield pb.PutResponse(appended=acks, state=self.info.state)
+            yield pb.PutResponse(appended=acks, state=self.info.state)
 
 
 @pytest.fixture
@@ -611,12 +614,18 @@ def test_tail_decodes_by_the_signed_header_and_info_shows_only_what_verifies(
         def lying(self: FeedsService, hf: Any, with_key: bool) -> Any:
             m = honest_info(self, hf, with_key)
             m.content_type = "entry"
+            m.ttl = "1d\x1b[2K\nsignature       OK"  # the writer's settings a peer reports are its word
             return m
 
         monkeypatch.setattr(FeedsService, "_info", lying)
         assert main(["tail", url, "--count", "2", "--json"]) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [r["stat"] for r in rows] == [{"mode": 0o644, "size": 12}, {"mode": 0o600, "size": 7}]
+        assert main(["info", url]) == 0
+        shown = capsys.readouterr().out
+        lines = shown.splitlines()
+        assert "type            drive-event" in lines and "\x1b" not in shown, shown
+        assert [line for line in lines if line.startswith("signature")] != [] and len(lines) == 13, shown
 
         def other_key(self: FeedsService, hf: Any, with_key: bool) -> Any:
             m = honest_info(self, hf, with_key)
@@ -625,7 +634,7 @@ def test_tail_decodes_by_the_signed_header_and_info_shows_only_what_verifies(
 
         monkeypatch.setattr(FeedsService, "_info", other_key)
         assert main(["info", url]) == 5
-        assert "answered for feed 0000" in capsys.readouterr().err
+        assert "answered for another feed than" in capsys.readouterr().err
 
         def made_up(self: FeedsService, hf: Any, with_key: bool) -> Any:
             m = honest_info(self, hf, with_key)
@@ -653,5 +662,36 @@ def test_a_following_peer_rejects_an_upstream_that_sends_empty_messages(hostile,
         while f.rejections < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert f.rejections >= 1 and "sent a message with no blocks" in (f.last_error or ""), f.last_error
+    finally:
+        peer.stop(grace=1)
+
+
+def test_a_producer_believes_no_seqs_the_peer_made_up(hostile, author: Feed) -> None:
+    # before: every future resolved with seq 7, whatever the peer had stored
+    _svc, target = hostile(info_of(author), "seq-lie")
+    with FeedClient(target) as c:
+        p = c.producer(author.key, max_batch=1)
+        first = p.put(Write("/a", b"1"))
+        assert first.result(5).seq == 7  # one entry at 7, under a state of length 11: possible
+        with pytest.raises(
+            Corruption, match=r"acknowledged a put of 1 at seqs 7..7 in a feed of length 11 \(after seq 7\)"
+        ):
+            p.put(Write("/b", b"2")).result(5)
+
+
+def test_a_producer_future_cancelled_by_its_caller_fails_nothing_else(tmp_path: Path) -> None:
+    # before: the ack of a cancelled future raised InvalidStateError in the receiver, which failed
+    # every other put as the peer's Corruption, though the peer had stored them all
+    peer = PeerServer(tmp_path / "peer", "127.0.0.1:0", fsync=False).start()
+    try:
+        with FeedClient(peer.address, token=peer.token) as c:
+            key = c.create(timestamps="exact").key
+            with c.producer(key) as p:
+                futs = [p.put(Write(f"/k{i}", b"v")) for i in range(200)]
+                cancelled = sum(f.cancel() for f in futs[::7])
+                assert cancelled > 0
+                done = [f.result(10).seq for f in futs if not f.cancelled()]
+            assert len(done) == 200 - cancelled and done == sorted(done)
+            assert c.info(key).state.length == 201
     finally:
         peer.stop(grace=1)

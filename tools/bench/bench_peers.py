@@ -264,8 +264,8 @@ NOOP_SERVER = """
 import sys, grpc
 from concurrent.futures import ThreadPoolExecutor
 from feedlog.pb import feeds_pb2 as pb
-def put(request, context):
-    return pb.PutResponse()
+def put(request, context):  # a well-formed ack (one entry, at seq 1 of 2): the clients check acks
+    return pb.PutResponse(appended=[pb.Appended(seq=1)], state=pb.SignedState(length=2))
 handler = grpc.method_handlers_generic_handler(
     "feedlog.feeds.Feeds",
     {"Put": grpc.unary_unary_rpc_method_handler(
