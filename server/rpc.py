@@ -154,9 +154,9 @@ def stream_client(context: grpc.ServicerContext) -> str:
 
 
 class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base class is untyped
-    """At most `limit` streams of any kind at once, on any service, and at most `per_client` of them
-    for one client (`stream_client`: an address, so every local process is one client on loopback);
-    unary calls are never counted.
+    """At most `limit` streams of any kind at once, on any service; unary calls are never counted. One
+    client (`stream_client`: an address, so every local process is one client on loopback) gets
+    `per_client` of them whatever others hold, and more only while `reserve` slots stay free.
 
     Each open stream holds a worker thread for as long as it lasts: with every stream kind counted
     (Read too, health Watch, reflection), the pool always keeps `workers - limit` threads for unary
