@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Protocol, TypeVar
 
@@ -88,7 +88,7 @@ class FeedClient:
         except grpc.RpcError as e:
             raise error_of(e, self.target) from None
 
-    def _stream(self, it: ResponseStream[T], idle: float | None = None, ahead: int = 0) -> Iterator[T]:
+    def _stream(self, it: ResponseStream[T], idle: float | None = None, ahead: int = 0) -> Generator[T, None, None]:
         """Messages of a response stream, errors as FeedlogErrors; with `idle`, a peer that sends
         nothing for that long is given up on (a bounded read must keep coming; tails may wait).
         With `ahead`, up to that many messages are received while the caller works on the last."""
@@ -177,7 +177,7 @@ class FeedClient:
         )
         return self._blocks(self._stream(self.stub.Read(req), idle=self.read_idle, ahead=ahead))
 
-    def _blocks(self, messages: Iterator[pb.ReadResponse]) -> Iterator[pb.ReadResponse]:
+    def _blocks(self, messages: Generator[pb.ReadResponse, None, None]) -> Iterator[pb.ReadResponse]:
         """Read or Subscribe messages, each carrying blocks: a peer sends blocks or nothing, and a stream of
         empty messages would keep a reader busy (and its idle watch content) for ever."""
         try:
@@ -186,9 +186,7 @@ class FeedClient:
                     raise Corruption(f"{self.target}: sent a message with no blocks")
                 yield m
         finally:
-            close = getattr(messages, "close", None)
-            if close is not None:
-                close()
+            messages.close()  # the stream's own cleanup (its idle watch) now, not at garbage collection
 
     def subscribe(self, key: bytes, start: int, *, with_roots: bool = False) -> Subscription:
         req = pb.SubscribeRequest(
