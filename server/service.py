@@ -387,4 +387,4 @@ class _StreamBudget:
 def write_of(p: pb.Put) -> Write:
     value: bytes | dict[str, int] = dict(p.stat) if p.stat else p.value
     policy = TimestampPolicy.parse(p.timestamps) if p.timestamps else None
-    return Write(p.key, None if p.deleted else value, p.deleted, p.ttl_ms or None, policy)
+    return Write(p.key, None if p.deleted else value, p.deleted, p.ttl_ms or None, policy, p.exact_expiry)

@@ -90,7 +90,13 @@ def cmd_put(ns: argparse.Namespace) -> None:
     if is_remote(ns.path):
         return remote_put(ns, deleted=False)
     with opened(ns.path, writable=True) as feed:
-        a = feed.put(ns.key, parse_value(feed.content_type, ns.value, ns.hex), ttl=ns.ttl, timestamps=ns.timestamps)
+        a = feed.put(
+            ns.key,
+            parse_value(feed.content_type, ns.value, ns.hex),
+            ttl=ns.ttl,
+            timestamps=ns.timestamps,
+            exact_expiry=ns.exact_expiry,
+        )
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
@@ -466,7 +472,7 @@ def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
         key = address.key
         value = None if deleted else parse_value(client.info(key).content_type, ns.value, ns.hex)
         ttl = parse_duration(ns.ttl) if getattr(ns, "ttl", None) else None
-        a = client.put(key, [Write(ns.key, value, deleted, ttl, ns.timestamps)])[0]
+        a = client.put(key, [Write(ns.key, value, deleted, ttl, ns.timestamps, getattr(ns, "exact_expiry", False))])[0]
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
@@ -517,6 +523,11 @@ def register(sub: Subcommands) -> None:
     p.add_argument("value", help="text; hex with --hex; a JSON stat for drive-event feeds")
     p.add_argument("--hex", action="store_true", help="VALUE is hex-encoded bytes")
     p.add_argument("--ttl", metavar="DURATION", help="time-to-live of this entry (default: the feed's)")
+    p.add_argument(
+        "--exact-expiry",
+        action="store_true",
+        help="expire at exactly write time + TTL (reveals the write time to the ms, whatever the policy)",
+    )
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
     tls_args(p, write=True)
     json_flag(p)

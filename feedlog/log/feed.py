@@ -90,6 +90,8 @@ class Write:
     deleted: bool = False
     ttl_ms: int | None = None
     timestamps: TimestampPolicy | None = None
+    #: expire at exactly write time + TTL, even where the policy hides the write time (it then pins it)
+    exact_expiry: bool = False
 
     def weight(self) -> int:
         """An upper bound on what this entry adds to a batch's weight (`core.MAX_BATCH_BYTES`):
@@ -309,7 +311,7 @@ class Feed:
             policy = w.timestamps or self.settings.timestamps
             ts = policy.apply(now)
             ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
-            expires = policy.expiry(now, ts, ttl) if ttl and not w.deleted else None
+            expires = policy.expiry(now, ts, ttl, exact=w.exact_expiry) if ttl and not w.deleted else None
             block = entries.encode_entry(
                 self.content_type, w.key, w.value, deleted=w.deleted, timestamp=ts, expires_at=expires
             )
@@ -401,8 +403,9 @@ class Feed:
         *,
         ttl: int | str | None = None,
         timestamps: TimestampPolicy | str | None = None,
+        exact_expiry: bool = False,
     ) -> Appended:
-        return self.append([Write(key, value, False, _ttl(ttl), _policy(timestamps))])[0]
+        return self.append([Write(key, value, False, _ttl(ttl), _policy(timestamps), exact_expiry)])[0]
 
     def delete(self, key: str, *, timestamps: TimestampPolicy | str | None = None) -> Appended:
         """Append a timestamped tombstone for `key`."""
