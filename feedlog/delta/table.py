@@ -44,6 +44,7 @@ from .snapshot import Snapshot
 from .storage import Storage
 from .timeline import HistoryEntry, Timeline, ict_version_at
 from .transaction import DEFAULT_MAX_ATTEMPTS, CommitResult, Transaction
+from .vacuum import VacuumResult, check_horizon, files_of, table_retention, vacuum
 from .writer import write_files
 
 if TYPE_CHECKING:
@@ -231,7 +232,25 @@ class DeltaTable:
         listing = self._listing()
         if timestamp_ms is not None:
             version = self._timeline(listing).version_at(timestamp_ms)
-        return Snapshot(self.storage, load_state(self.storage, listing, version))
+        state = load_state(self.storage, listing, version)
+        self._check_horizon(state, listing)
+        return Snapshot(self.storage, state)
+
+    def _check_horizon(self, state: TableState, listing: Listing) -> None:
+        """BeforeHorizon if vacuum may have deleted files `state` reads (vacuum.check_horizon)."""
+        latest = self._latest()
+        if state.version >= latest.version:
+            return
+        commit_ms: int | None
+        try:
+            commit_ms = self._timeline(listing).commit_time(state.version)
+        except FeedlogError:
+            commit_ms = None  # cannot be told: counts as old
+        now, retention = self.clock.now_ms(), table_retention(latest.metadata)
+        if commit_ms is not None and commit_ms >= now - retention:
+            return  # inside the window: whole by vacuum's rule (the set of live files is not needed)
+        live = set(files_of(latest.files.values()))
+        check_horizon(state.version, latest.version, commit_ms, files_of(state.files.values()), live, now, retention)
 
     def version(self) -> int:
         return self._latest().version
@@ -468,6 +487,34 @@ class DeltaTable:
 
     def cleanup(self, retain_ms: int | None = None) -> list[str]:
         return cleanup_log(self.storage, list_log(self.storage), self.clock.now_ms(), retain_ms)
+
+    def vacuum(
+        self, retain_ms: int | None = None, *, dry_run: bool = False, enforce_retention: bool = True
+    ) -> VacuumResult:
+        """Delete the files no version inside the retention needs (see vacuum.py): data files, deletion
+        vectors and `_change_data` files, unreferenced and older than `retain_ms` (default the table's
+        `delta.deletedFileRetentionDuration`; a shorter one only with `enforce_retention=False`).
+        Commits VACUUM START and END (a managed table's through its owner); `dry_run` only lists."""
+        state = self._latest(write=not dry_run)
+        listing = self._listing(write=not dry_run)
+
+        def reread(after: int) -> list[tuple[int, bytes]]:
+            now = self._listing(write=True)
+            return [(v, self.storage.read(now.commits[v].path)) for v in sorted(now.commits) if v > after]
+
+        return vacuum(
+            self.storage,
+            state,
+            listing,
+            self.clock.now_ms(),
+            retain_ms,
+            enforce_retention=enforce_retention,
+            dry_run=dry_run,
+            transaction=self.transaction,
+            commit=self.commit,
+            relist=lambda: self._listing(stat=True),
+            reread=reread,
+        )
 
     def info(self) -> dict[str, Any]:
         s = self.snapshot()
