@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgument
 from .args import Subcommands, storage_option_args, storage_options_of
 from .fmt import Progress, emit, fmt_size, fmt_ts, plural, progress_wanted
-from .table_cmds import token_args, token_of
+from .table_cmds import parse_retention, token_args, token_of
 
 if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
     from pyspark.sql import SparkSession
@@ -285,6 +285,7 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
             f"{plural(r.rows_expired, 'expired row')} cleared" if r.expired_version is not None else "nothing expired",
             f"checkpoint at {r.checkpoint}" if r.checkpoint is not None else "checkpoint current",
             f"{plural(r.log_files_deleted, 'log file')} deleted",
+            f"vacuum deleted {plural(r.vacuum['files_deleted'], 'data file')}" if r.vacuum else "nothing to vacuum",
         ]
         if r.deferred:
             parts.append(f"deferred to the next pass (a concurrent rewrite won): {', '.join(r.deferred)}")
@@ -305,6 +306,8 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
             "storage_options": options,
             "spark": session,
             "engine": engine,
+            "vacuum_retain_ms": None if ns.retain is None else parse_retention(ns.retain),
+            "vacuum_force": ns.force,
         }
         with spark_job():
             if every is None:
@@ -396,11 +399,13 @@ def register(sub: Subcommands) -> None:
 
     m = sub.add_parser(
         "maintain",
-        help="one maintenance pass over a table (or one every --every): TTL compaction, checkpoint, log cleanup",
+        help="one maintenance pass over a table (or one every --every): TTL compaction, checkpoint, log cleanup, "
+        "vacuum",
         description="In a safe order, each step through the table's commit owner: expired rows become "
         "tombstones; the newest backfilled version gets a checkpoint; log files past "
-        "delta.logRetentionDuration are deleted. Safe beside a running ingest; killable at any point and "
-        "rerun to finish.",
+        "delta.logRetentionDuration are deleted; data files that no version inside "
+        "delta.deletedFileRetentionDuration needs are vacuumed. Safe beside a running ingest; killable at any point "
+        "and rerun to finish.",
     )
     m.add_argument("table", metavar="TABLE")
     m.add_argument("--every", metavar="DURATION", help="run a pass every DURATION, e.g. 10m (until Ctrl-C)")
@@ -420,5 +425,11 @@ def register(sub: Subcommands) -> None:
         help="where rewrites run, as for expire (default auto: in this process unless they are big)",
     )
     m.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
+    m.add_argument(
+        "--retain",
+        metavar="DURATION",
+        help="vacuum's retention (default: the table's delta.deletedFileRetentionDuration, 7 days unless set)",
+    )
+    m.add_argument("--force", action="store_true", help="allow --retain shorter than the table's retention")
     m.add_argument("--json", action="store_true")
     m.set_defaults(handler=cmd_maintain)

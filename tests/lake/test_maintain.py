@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +13,14 @@ import pytest
 from feedlog.clock import ManualClock, SystemClock
 from feedlog.delta import DeltaTable
 from feedlog.delta.log import list_log
-from feedlog.errors import InvalidArgument
+from feedlog.errors import BeforeRetainedHistory, InvalidArgument
 from feedlog.lake.audit import audit_table
 from feedlog.lake.ingest import ingest_batch
 from feedlog.lake.maintain import maintain, maintain_every
+from feedlog.lake.sink import open_table
+from feedlog.log.feed import Write
 
+from .. import needle
 from .conftest import KEY_A, append, make_feed
 
 HOUR = 3_600_000
@@ -61,6 +65,36 @@ def test_a_pass_expires_checkpoints_and_is_idempotent(tmp_path: Path) -> None:
     import deltalake  # a reader we did not write reads what is left as we do
 
     assert deltalake.DeltaTable(str(table)).to_pyarrow_table().num_rows == 70
+
+
+def test_with_short_retentions_the_expired_values_leave_every_file(tmp_path: Path) -> None:
+    feed = make_feed(tmp_path / "feed", 40)
+    secrets = [os.urandom(24) for _ in range(5)]
+    feed.append([Write(f"/secret{i}", s, ttl_ms=60_000) for i, s in enumerate(secrets)])
+    feed.close()
+    table = tmp_path / "table"
+    ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
+    assert needle.find(needle.files_under(table), secrets)  # the search finds them while they are there
+    t = open_table(str(table), None, None, None)  # with the token the table keeps in _feedlog/
+    t.set_properties(
+        {"delta.deletedFileRetentionDuration": "interval 1 hours", "delta.logRetentionDuration": "interval 1 hours"}
+    )
+    before = t.version()
+    clock = ManualClock(SystemClock().now_ms() + 2 * HOUR)
+    first = maintain(str(table), clock=clock, engine="local")
+    assert first.rows_expired == 5 and first.vacuum is None  # the old file is inside the retention yet
+    assert needle.find(needle.files_under(table), secrets)  # so the values are still on disk
+    clock.advance(2 * HOUR)
+    later = maintain(str(table), clock=clock, engine="local")
+    assert later.vacuum is not None and later.vacuum["files_deleted"] == 1 and later.log_files_deleted >= 1
+    # no byte of an expired value is left under the table: not in data files, the log, checkpoints, or
+    # the embedded owner's database
+    assert needle.find(needle.files_under(table), secrets) == []
+    with pytest.raises(BeforeRetainedHistory):  # time travel to a version with the values is refused, typed
+        DeltaTable.open(table, clock=clock).to_arrow(version=before)
+    again = maintain(str(table), clock=clock, engine="local")
+    assert again.vacuum is None  # nothing left: no VACUUM commits on a quiet table
+    assert audit_table(str(table), [KEY_A.public_key]).ok
 
 
 def test_maintain_every_runs_bounded_passes_and_refuses_bad_intervals(tmp_path: Path) -> None:
