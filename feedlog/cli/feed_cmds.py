@@ -1,4 +1,4 @@
-"""`feedlog create|put|del|append|get|history|cat|info|timestamp|verify|compact`."""
+"""`feedlog create|put|del|forget|append|get|history|cat|info|timestamp|verify|compact`."""
 
 from __future__ import annotations
 
@@ -99,6 +99,14 @@ def cmd_del(ns: argparse.Namespace) -> None:
         return remote_put(ns, deleted=True)
     with opened(ns.path, writable=True) as feed:
         a = feed.delete(ns.key, timestamps=ns.timestamps)
+    emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
+
+
+def cmd_forget(ns: argparse.Namespace) -> None:
+    if is_remote(ns.path):
+        return remote_put(ns, deleted=True, forget=True)
+    with opened(ns.path, writable=True) as feed:
+        a = feed.forget(ns.key, timestamps=ns.timestamps)
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
@@ -282,10 +290,14 @@ def cmd_get(ns: argparse.Namespace) -> int:
     with opened(ns.path) as feed:
         r = feed.get(ns.key)
         now = feed.clock.now_ms()
+        forgotten = feed.forgotten(ns.key) if r is None else None
     if r is None:
         emit(ns, None, None)
         if not ns.json:
-            print(error_line(f"{ns.key!r} not found (never written, deleted or expired)"), file=sys.stderr)
+            why = "never written, deleted or expired"
+            if forgotten is not None:
+                why = f"forgotten at seq {forgotten}: the payloads of its earlier entries were cleared"
+            print(error_line(f"{ns.key!r} not found ({why})"), file=sys.stderr)
         return 3
     if ns.json:
         emit(ns, record_json(r, now))
@@ -460,13 +472,13 @@ def remote_create(ns: argparse.Namespace) -> None:
     emit(ns, info, f"created on {ns.path}\nkey {info['key']}")
 
 
-def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
+def remote_put(ns: argparse.Namespace, deleted: bool, forget: bool = False) -> None:
     address, client = client_for(ns, ns.path, write=True)
     with client:
         key = address.key
         value = None if deleted else parse_value(client.info(key).content_type, ns.value, ns.hex)
         ttl = parse_duration(ns.ttl) if getattr(ns, "ttl", None) else None
-        a = client.put(key, [Write(ns.key, value, deleted, ttl, ns.timestamps)])[0]
+        a = client.put(key, [Write(ns.key, value, deleted, ttl, ns.timestamps, forget=forget)])[0]
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
@@ -522,6 +534,20 @@ def register(sub: Subcommands) -> None:
     json_flag(p)
 
     p = add("del", cmd_del, "append a timestamped deletion of a key")
+    p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY of a feed the peer owns")
+    p.add_argument("key")
+    p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
+    tls_args(p, write=True)
+    json_flag(p)
+
+    p = add("forget", cmd_forget, "withdraw a key: every copy clears the payloads of its earlier entries")
+    p.description = (
+        "Withdraw KEY: append one signed forget entry (a deletion to hyperdb readers) that tells every "
+        "copy of the feed to clear the payloads of all earlier entries of KEY. This feed clears them at "
+        "once, a peer or follower before it serves the forget entry, `feedlog ingest` in the table "
+        "(rows become tombstones). Merkle nodes stay, so the feed and audits still verify. Needs the "
+        "feed's secret key (here, or on the peer that owns it): exit 7 where it is not, nothing changed."
+    )
     p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY of a feed the peer owns")
     p.add_argument("key")
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")

@@ -5,6 +5,10 @@ Two content types, declared by the header's `protocol`:
   drive-event  the same `Entry` envelope, keyed by file path, whose value is a
                `DriveEvent` carrying hyperdrive's `Stat` and the writer timestamp;
                no `stat` means the file was deleted.
+In both, an entry with `forget` set (field 11, issue 37) is a deletion that
+withdraws its key: every copy clears the payloads of all earlier entries of
+the key. It is written with `deleted = true` (and, in drive feeds, a
+`DriveEvent` without `stat`), so a hyperdb reader sees an ordinary deletion.
 Blocks are decoded as `InflatedEntry`, a superset of `Entry`, so hyperdb's
 inflated blocks read too and every block re-encodes to its original bytes.
 """
@@ -59,6 +63,8 @@ class Record:
     block: bytes | None = field(default=None, repr=False)
     #: why the block is not a valid entry (its author signed it anyway); None for a valid one
     invalid: str | None = None
+    #: a withdrawal of `key` (always `deleted` too): earlier entries of the key are cleared on every copy
+    forget: bool = False
 
     def expired(self, now_ms: int) -> bool:
         return self.expires_at is not None and now_ms > self.expires_at
@@ -88,10 +94,16 @@ def encode_entry(
     deleted: bool,
     timestamp: int | None,
     expires_at: int | None,
+    forget: bool = False,
 ) -> bytes:
+    """One entry block. `forget` withdraws `key` (a deletion, so `deleted` must be set too)."""
+    if forget and not deleted:
+        raise InvalidArgument("a forget entry is a deletion")
     e = hyperdb_pb2.Entry(key=key, trie=b"")
     if deleted:
         e.deleted = True
+    if forget:
+        e.forget = True
     if expires_at is not None:
         e.expires_at = expires_at
     if content_type == DRIVE_EVENT:
@@ -164,15 +176,17 @@ def decode_entry(content_type: str, seq: int, block: bytes) -> Record:
             stat = {f.name: v for f, v in ev.stat.ListFields()}
         else:
             deleted = True
+    forget = e.forget and _FORGET_TAG in block  # as `forgets_in` reads it, on every copy alike
     return Record(
         seq,
         e.key,
         value,
-        deleted,
+        deleted,  # as encoded (a forget `encode_entry` writes is a deletion; readers treat any as one)
         ts,
         e.expires_at if e.HasField("expires_at") else None,
         stat,
         block=block,
+        forget=forget,
     )
 
 
@@ -187,6 +201,34 @@ def decode_record(content_type: str, seq: int, block: bytes) -> Record:
         return decode_entry(content_type, seq, block)
     except Corruption as e:
         return Record(seq, "", None, False, None, None, block=block, invalid=str(e))
+
+
+#: field 11 (`forget`), varint, true: the bytes `encode_entry` writes for it, which any forget
+#: entry written by feedlog holds (a cheap test before parsing a whole batch)
+_FORGET_TAG = bytes([11 << 3 | 0, 1])
+
+
+def forgets_in(content_type: str, start: int, blocks: Sequence[bytes | None]) -> list[tuple[int, str]]:
+    """(seq, key) of the forget entries among `blocks` (seqs `start...`; block 0 is the header).
+
+    Only blocks holding the bytes of `forget = true` are parsed: a signed batch
+    is otherwise passed over at the cost of a substring search per block. So a
+    forget is field 11 encoded as `encode_entry` (and any protobuf encoder)
+    writes it, the minimal varint 1; a block that sets it otherwise (a padded
+    varint) withdraws nothing, on every copy alike (`decode_entry` agrees).
+    """
+    out: list[tuple[int, str]] = []
+    for n, block in enumerate(blocks):
+        seq = start + n
+        if seq == 0 or block is None or _FORGET_TAG not in block:
+            continue
+        try:
+            e, _ev = _parse(content_type, seq, block)
+        except Corruption:
+            continue  # not an entry: data to a replica, withdraws nothing
+        if e.forget and e.key:
+            out.append((seq, e.key))
+    return out
 
 
 def scan_blocks(content_type: str, start: int, blocks: Sequence[bytes | None], *, strict: bool) -> tuple[int, int]:
