@@ -117,13 +117,16 @@ def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
         raise InvalidArgument(f"line {lineno}: not JSON ({e})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
         raise InvalidArgument(f'line {lineno}: expected an object with a string "key"')
-    known = {"key", "value", "value_hex", "stat", "deleted", "ttl", "timestamps"}
+    known = {"key", "value", "value_hex", "stat", "deleted", "forget", "ttl", "timestamps"}
     extra = set(obj) - known
     if extra:
         fields = "field" if len(extra) == 1 else "fields"
         raise InvalidArgument(f"line {lineno}: unknown {fields} {', '.join(sorted(extra))}")
     try:
-        deleted = bool(obj.get("deleted", False))
+        forget = obj.get("forget", False) is True
+        if forget and set(obj) - {"key", "forget", "deleted", "timestamps"}:
+            raise InvalidArgument('a "forget" line takes only "key" (and "timestamps")')
+        deleted = bool(obj.get("deleted", False)) or forget
         value: bytes | dict[str, object] | None = None
         if not deleted:
             if feed.content_type == DRIVE_EVENT:
@@ -140,7 +143,7 @@ def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
         policy = TimestampPolicy.parse(obj["timestamps"]) if obj.get("timestamps") else None
     except (InvalidArgument, ValueError, TypeError) as e:
         raise InvalidArgument(f"line {lineno}: {e}") from None
-    return Write(obj["key"], value, deleted, ttl, policy)
+    return Write(obj["key"], value, deleted, ttl, policy, forget=forget)
 
 
 @contextmanager
@@ -561,7 +564,7 @@ def register(sub: Subcommands) -> None:
         required=True,
         metavar="FILE",
         help='file or - for stdin; lines like {"key": "k", "value": "v", "ttl": "1h"} '
-        '(or "value_hex", "deleted": true, "stat": {...}, "timestamps": POLICY)',
+        '(or "value_hex", "deleted": true, "forget": true, "stat": {...}, "timestamps": POLICY)',
     )
     p.add_argument(
         "--batch", type=int, default=DEFAULT_BATCH, help=f"entries per signed batch (default {DEFAULT_BATCH})"

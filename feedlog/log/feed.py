@@ -547,6 +547,10 @@ class Feed:
         for r in self.records():
             if r.cleared or r.invalid is not None:
                 continue  # an invalid block has no key or expiry to judge it by: it stays
+            if r.forget:
+                # a forget entry stays: a copy that has not stored it yet learns from it what to clear
+                latest.pop(r.key, None)
+                continue
             if r.expired(now):
                 victims.add(r.seq)
             elif overwritten and r.key in latest:

@@ -197,3 +197,34 @@ def test_a_writer_killed_while_forgetting_finishes_on_open(tmp_path: Path, point
     assert not (p / forgets.PENDING_FILE).exists()
     if stored:
         assert files_holding(p, b"needle") == []
+
+
+def test_compaction_keeps_forget_entries(tmp_path: Path) -> None:
+    """A copy that has not stored a forget yet learns from it what to clear: compacting overwritten
+    entries never clears a forget entry, even once its key is written again."""
+    with Feed.create(tmp_path / "f") as f:
+        f.put("k", b"needle")
+        gone = f.forget("k").seq
+        f.put("k", b"again")
+        f.put("k", b"and again")
+        report = f.compact(overwritten=True)
+        assert report.cleared == 1  # "again" only
+        assert f.record(gone).forget and not f.record(gone).cleared
+
+
+def test_append_jsonl_forget_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from feedlog.cli import main
+
+    p = tmp_path / "f"
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"key": "k", "value": "needle"}\n{"key": "k", "forget": true}\n{"key": "j", "value": "v"}\n')
+    assert main(["create", str(p)]) == 0
+    assert main(["append", str(p), "--jsonl", str(lines)]) == 0
+    with Feed.open(p) as f:
+        assert f.forgotten("k") == 2 and f.record(1).cleared and f.verify().cleared == 1
+    assert files_holding(p, b"needle") == []
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"key": "k", "forget": true, "value": "x"}\n')
+    capsys.readouterr()
+    assert main(["append", str(p), "--jsonl", str(bad)]) == 2
+    assert "line 1" in capsys.readouterr().err
