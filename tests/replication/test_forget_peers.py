@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from feedlog.cli import main
+from feedlog.errors import InvalidArgument
+from feedlog.log.feed import Write
+from feedlog.replication.client import FeedClient
 from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 
@@ -101,3 +104,20 @@ def test_forget_where_we_cannot_sign_is_one_line_and_changes_nothing(
     code, out, err = run(capsys, "forget", f"grpc://{a.address}/{key}", "k", *auth)
     assert code == 7 and out == "" and err.count("\n") == 1, (code, err)
     assert a.host.get(bytes.fromhex(key)).feed.length == 2
+
+
+def test_a_peer_forgets_on_a_drive_event_feed_and_refuses_a_forget_with_a_value(
+    peers: Callable[..., PeerServer], clients: Callable[[PeerServer], FeedClient]
+) -> None:
+    a = peers("a")
+    client = clients(a)
+    key = client.create(content_type="drive-event").key
+    client.put(key, [Write("/secret.txt", {"mode": 33188, "size": 424242}), Write("/kept", {"mode": 33188})])
+    with pytest.raises(InvalidArgument, match="no value"):
+        client.put(key, [Write("/secret.txt", b"x", forget=True)])
+    (done,) = client.put(key, [Write("/secret.txt", deleted=True, forget=True)])
+    feed = a.host.get(key).feed
+    assert feed.length == 4 and done.seq == 3
+    assert feed.record(1).cleared and not feed.record(2).cleared
+    r = feed.record(3)
+    assert r.forget and r.deleted and r.stat is None and feed.forgotten("/secret.txt") == 3
