@@ -348,7 +348,7 @@ class Feed:
                 failpoints.point("forget.applied")
                 ok = True
             finally:
-                self._pending.done(ok)
+                self._forgets_done(ok)
             self._keys.added(start, [w.key for w in writes])
             return out
 
@@ -389,7 +389,7 @@ class Feed:
         finally:
             if sync and stored and self.core.fsync:  # one fsync for them all; on an error too, for those stored
                 self.core.sync()
-            self._pending.done(ok)
+            self._forgets_done(ok)
         return stored
 
     def append_with_signature(
@@ -413,7 +413,7 @@ class Feed:
             state = self.core.append_with_signature(expected_length, blocks, signature, fork=fork, inspect=inspect)
             ok = True
         finally:
-            self._pending.done(ok)
+            self._forgets_done(ok)
         self._stored(start, content_type)
         return state
 
@@ -467,6 +467,13 @@ class Feed:
         if stored:
             self.core.clear(stored)
         return inside
+
+    def _forgets_done(self, ok: bool) -> None:
+        """A path that stores batches is over (`ok`: every batch stored): its forgets were applied
+        inside `Core._commit`, so the mark goes. Under the core's lock: another thread's batch may be
+        between marking and clearing, and its mark must stay until that is done."""
+        with self.core.lock:
+            self._pending.done(ok)
 
     def _finish_forgets(self) -> None:
         """Apply the forget entries a killed process may have stored without clearing (forgets.py)."""
