@@ -239,6 +239,9 @@ class Core:
         self._tree_map: mmap.mmap | bytes = b""
         self._log_map: mmap.mmap | bytes = b""
         self._mapped_at = -1  # the log's end when the maps were made
+        #: `(start, blocks) -> seqs` run by `_commit` once a batch is verified, before it is stored: the
+        #: seqs among the new blocks to store as cleared (a `Feed` honours forget entries here, issue 37)
+        self.before_commit: Callable[[int, Sequence[bytes]], Sequence[int]] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -502,13 +505,17 @@ class Core:
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
         sizes = folded.sizes
+        hidden = self.before_commit(start, blocks) if self.before_commit is not None else ()
         parts, first, total = storage.encode_batch_parts(
             start, blocks, sizes, state.fork, state.tree_hash, state.signature, min_ts, max_ts
         )
         off = self._log_end
         # caches first, the log record last: a reader that sees the record finds its nodes
         self._write_nodes(folded, newest=True)
-        os.pwrite(self._index, storage.index_entries(off + first, sizes), start * storage.INDEX_ENTRY.size)
+        index = storage.index_entries(off + first, sizes)
+        if hidden:
+            index = _flag_cleared(index, start, hidden)
+        os.pwrite(self._index, index, start * storage.INDEX_ENTRY.size)
         if os.pwritev(self._log, parts, off) != total:
             raise OSError(f"{self.path}: short write to the log")
         if self.fsync and sync:
@@ -519,8 +526,25 @@ class Core:
         self._roots = folded.roots
         self._state = state
         self._note_ts(min_ts, max_ts)
-        if self._log_end - self._ckpt.log_offset >= CHECKPOINT_BYTES:
+        if hidden:
+            self._zero_hidden(hidden)  # checkpoints first
+        elif self._log_end - self._ckpt.log_offset >= CHECKPOINT_BYTES:
             self.checkpoint()
+
+    def _zero_hidden(self, seqs: Sequence[int]) -> None:
+        """Zero the payloads of blocks the batch just stored flagged as cleared (`before_commit`).
+
+        Checkpointed first, as `clear` does: the batch's log record is never replayed, since its
+        zeroed blocks would no longer hash to its signature. A crash before the checkpoint replays
+        the record with the blocks unflagged: the `Feed` clears them again on open.
+        """
+        failpoints.point("core.forget_hidden")
+        self.checkpoint()
+        ranges = [self._entry(seq)[:2] for seq in sorted(set(seqs))]
+        for off, n in _coalesce(ranges):
+            os.pwrite(self._log, bytes(n), off)
+            _punch_hole(self._log, off, n)
+        os.fsync(self._log)
 
     def _note_ts(self, min_ts: int, max_ts: int) -> None:
         if min_ts and (not self.min_ts or min_ts < self.min_ts):
@@ -1017,6 +1041,16 @@ def _punch_hole(fd: int, offset: int, length: int) -> None:
             ctypes.c_long(offset),
             ctypes.c_long(length),
         )
+
+
+def _flag_cleared(index: bytes, start: int, seqs: Sequence[int]) -> bytes:
+    """INDEX_ENTRY records of blocks `start...` with the CLEARED flag set on `seqs`."""
+    out = bytearray(index)
+    for seq in seqs:
+        at = (seq - start) * _ENTRY_SIZE
+        off, n, flags = storage.INDEX_ENTRY.unpack_from(out, at)
+        storage.INDEX_ENTRY.pack_into(out, at, off, n, flags | storage.CLEARED)
+    return bytes(out)
 
 
 def _coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
