@@ -283,6 +283,9 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
     def say(r: MaintainReport) -> None:
         parts = [
             f"{plural(r.rows_expired, 'expired row')} cleared" if r.expired_version is not None else "nothing expired",
+            f"{plural(r.rows_forgotten, 'forgotten row')} cleared"
+            if r.forgotten_version is not None
+            else "nothing forgotten",
             f"checkpoint at {r.checkpoint}" if r.checkpoint is not None else "checkpoint current",
             f"{plural(r.log_files_deleted, 'log file')} deleted",
             f"vacuum deleted {plural(r.vacuum['files_deleted'], 'data file')}" if r.vacuum else "nothing to vacuum",
@@ -399,11 +402,11 @@ def register(sub: Subcommands) -> None:
 
     m = sub.add_parser(
         "maintain",
-        help="one maintenance pass over a table (or one every --every): TTL compaction, checkpoint, log cleanup, "
-        "vacuum",
-        description="In a safe order, each step through the table's commit owner: expired rows become "
-        "tombstones; the newest backfilled version gets a checkpoint; log files past "
-        "delta.logRetentionDuration are deleted; data files that no version inside "
+        help="one maintenance pass over a table (or one every --every): TTL compaction, forget rewrites, checkpoint, "
+        "log cleanup, vacuum",
+        description="In a safe order, each step through the table's commit owner: expired rows and rows a "
+        "writer withdrew (feedlog forget) become tombstones; the newest backfilled version gets a checkpoint; "
+        "log files past delta.logRetentionDuration are deleted; data files that no version inside "
         "delta.deletedFileRetentionDuration needs are vacuumed. Safe beside a running ingest; killable at any point "
         "and rerun to finish.",
     )

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..errors import AlreadyExists, Conflict, InvalidArgument, Unavailable
-from ..log.timestamps import parse_duration
+from ..log.timestamps import format_duration, parse_duration
 from .args import (
     Handler,
     Parser,
@@ -391,6 +391,14 @@ def cmd_info(ns: argparse.Namespace) -> None:
         print(f"owner       {' '.join(f'{k}={v}' for k, v in sorted(owner.items())) if owner else '-'}")
         for k, v in sorted(info["properties"].items()):
             print(f"property    {k}={v}")
+        r = info["retention"]
+        files, log = format_duration(r["deleted_file_retention_ms"]), format_duration(r["log_retention_ms"])
+        print("forgetting  a row made a tombstone (TTL compaction, a forget rewrite: `feedlog maintain`) leaves")
+        print(f"            the data files {files} later (delta.deletedFileRetentionDuration; vacuum) and")
+        print(f"            the log's file stats {log} later (delta.logRetentionDuration; cleanup after a checkpoint)")
+        print(f"horizon     {fmt_ts(r['time_travel_horizon_ms'])}: older versions that read removed files are refused")
+        oldest = r["oldest_version"]
+        print(f"oldest      version {oldest}{' (older log entries were cleaned up)' if oldest else ''}")
 
     emit(ns, info, human)
 

@@ -34,7 +34,7 @@ from .log import (
     load_protocol_metadata,
     load_state,
 )
-from .maintenance import cleanup_log, write_checkpoint
+from .maintenance import cleanup_log, log_retention, write_checkpoint
 from .managed.committer import ManagedCommitter, Router
 from .managed.owners import Owners
 from .managed.protocol import Binding, TableStatus
@@ -529,8 +529,24 @@ class DeltaTable:
             "files": len(s.state.files),
             "rows": s.num_records(),
             "in_commit_timestamp": s.in_commit_timestamp,
-            "backfilled_version": list_log(self.storage).latest,
+            "backfilled_version": (listing := list_log(self.storage)).latest,
             "commit_owner": None if (b := Binding.of(s.protocol, s.metadata)) is None else b.config,
+            "retention": self._retention(s, listing),
+        }
+
+    def _retention(self, s: Snapshot, listing: Listing) -> dict[str, Any]:
+        """When what the table drops is physically gone, as its properties set it (the deadlines of
+        "What feedlog forgets, and when" in the README): a row made a tombstone (TTL compaction, a
+        forget rewrite) leaves the data files once vacuum runs past `delta.deletedFileRetentionDuration`,
+        and the log's file stats (which hold keys) once cleanup runs past `delta.logRetentionDuration`
+        after a checkpoint; versions older than the horizon are refused to time travel."""
+        files_ms = table_retention(s.metadata)
+        log_ms = log_retention(s.metadata.configuration)
+        return {
+            "deleted_file_retention_ms": files_ms,
+            "log_retention_ms": log_ms,
+            "time_travel_horizon_ms": self.clock.now_ms() - files_ms,
+            "oldest_version": listing.earliest,
         }
 
 

@@ -29,6 +29,7 @@ from ..delta import DeltaTable
 from ..delta.log import list_log
 from ..errors import Conflict, InvalidArgument
 from .expire import expire
+from .forget import forget_rewrite
 from .sink import table_token, trusted
 
 #: a rewrite that lost to another rewrite of the same files is tried again this many times in one pass
@@ -95,6 +96,12 @@ def maintain(
     table = DeltaTable.open(
         path, owner_token=table_token(path, token), owner=trusted(path, owner), clock=clock, storage_options=opts
     )
+
+    def withdrawn() -> None:
+        r = forget_rewrite(table, clock=clock)
+        report.forgotten_version, report.rows_forgotten = r.version, r.rows_cleared
+
+    _retrying("forget", report, withdrawn)
     report.backfilled_through = table.backfill()
     listing = list_log(table.storage)
     if listing.latest >= 0 and listing.latest not in listing.checkpoints:

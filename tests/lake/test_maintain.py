@@ -71,9 +71,14 @@ def test_with_short_retentions_the_expired_values_leave_every_file(tmp_path: Pat
     feed = make_feed(tmp_path / "feed", 40)
     secrets = [os.urandom(24) for _ in range(5)]
     feed.append([Write(f"/secret{i}", s, ttl_ms=60_000) for i, s in enumerate(secrets)])
-    feed.close()
+    withdrawn = [os.urandom(24) for _ in range(2)]
+    feed.append([Write("/withdrawn", s) for s in withdrawn])
     table = tmp_path / "table"
     ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
+    feed.forget("/withdrawn")  # the writer withdraws it: the next ingest makes its rows tombstones
+    feed.close()
+    ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=quiet)
+    secrets += withdrawn
     assert needle.find(needle.files_under(table), secrets)  # the search finds them while they are there
     t = open_table(str(table), None, None, None)  # with the token the table keeps in _feedlog/
     t.set_properties(
@@ -82,8 +87,11 @@ def test_with_short_retentions_the_expired_values_leave_every_file(tmp_path: Pat
     before = t.version()
     clock = ManualClock(SystemClock().now_ms() + 2 * HOUR)
     first = maintain(str(table), clock=clock, engine="local")
-    assert first.rows_expired == 5 and first.vacuum is None  # the old file is inside the retention yet
-    assert needle.find(needle.files_under(table), secrets)  # so the values are still on disk
+    assert first.rows_expired == 5
+    # the file the forget rewrite removed (at ingest, two hours ago by this clock) is past the retention and
+    # gone; the one TTL compaction removed just now is inside it, so the expired values are still on disk
+    assert first.vacuum is not None and first.vacuum["files_deleted"] == 1
+    assert {s for _where, s in needle.find(needle.files_under(table), secrets)} == set(secrets[:5])
     clock.advance(2 * HOUR)
     later = maintain(str(table), clock=clock, engine="local")
     assert later.vacuum is not None and later.vacuum["files_deleted"] == 1 and later.log_files_deleted >= 1
@@ -124,6 +132,9 @@ def test_cli_maintain(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     # nothing has expired yet (a minute's TTL, now); the newest version gets its checkpoint
     assert report["rows_expired"] == 0 and report["checkpoint"] == DeltaTable.open(table).version()
+    info = json.loads(feedlog("table", "info", str(table), "--json").stdout)["retention"]
+    assert (info["deleted_file_retention_ms"], info["log_retention_ms"]) == (7 * DAY, 30 * DAY)
+    assert info["oldest_version"] == 0
     bad = feedlog("maintain", str(table), "--rounds", "0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     missing = feedlog("maintain", str(tmp_path / "nothing"))
