@@ -281,11 +281,14 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
     engine = "spark" if ns.master and ns.engine == "auto" else ns.engine
 
     def say(r: MaintainReport) -> None:
-        parts = [
+        rewrites = [
             f"{plural(r.rows_expired, 'expired row')} cleared" if r.expired_version is not None else "nothing expired",
             f"{plural(r.rows_forgotten, 'forgotten row')} cleared"
             if r.forgotten_version is not None
             else "nothing forgotten",
+        ]
+        parts = [
+            *(rewrites if r.feedlog_table else ["no TTL or forget (not a table feedlog ingest made)"]),
             f"checkpoint at {r.checkpoint}" if r.checkpoint is not None else "checkpoint current",
             f"{plural(r.log_files_deleted, 'log file')} deleted",
             f"vacuum deleted {plural(r.vacuum['files_deleted'], 'data file')}" if r.vacuum else "nothing to vacuum",

@@ -30,6 +30,7 @@ from ..delta.log import list_log
 from ..errors import Conflict, InvalidArgument
 from .expire import expire
 from .forget import forget_rewrite
+from .rows import COLUMNS
 from .sink import table_token, trusted
 
 #: a rewrite that lost to another rewrite of the same files is tried again this many times in one pass
@@ -40,6 +41,8 @@ REWRITE_ATTEMPTS = 3
 class MaintainReport:
     """What one pass did; None where a step found nothing to do."""
 
+    #: whether the table has feedlog's columns (else there is no TTL or forget to apply)
+    feedlog_table: bool = True
     expired_version: int | None = None
     rows_expired: int = 0
     forgotten_version: int | None = None
@@ -86,22 +89,23 @@ def maintain(
     clock = clock or SystemClock()
     report = MaintainReport()
     opts = dict(storage_options) if storage_options else None
-
-    def ttl() -> None:
-        r = expire(spark, path, token=token, owner=owner, clock=clock, storage_options=opts, engine=engine)
-        report.expired_version, report.rows_expired = r.version, r.rows_cleared
-
-    _retrying("expire", report, ttl)
-
     table = DeltaTable.open(
         path, owner_token=table_token(path, token), owner=trusted(path, owner), clock=clock, storage_options=opts
     )
+    # TTL and forget rewrites are for the tables feedlog ingest makes; any other Delta table still gets the rest
+    report.feedlog_table = all(c in table.snapshot().schema.names for c in COLUMNS)
+    if report.feedlog_table:
 
-    def withdrawn() -> None:
-        r = forget_rewrite(table, clock=clock)
-        report.forgotten_version, report.rows_forgotten = r.version, r.rows_cleared
+        def ttl() -> None:
+            r = expire(spark, path, token=token, owner=owner, clock=clock, storage_options=opts, engine=engine)
+            report.expired_version, report.rows_expired = r.version, r.rows_cleared
 
-    _retrying("forget", report, withdrawn)
+        def withdrawn() -> None:
+            r = forget_rewrite(table, clock=clock)
+            report.forgotten_version, report.rows_forgotten = r.version, r.rows_cleared
+
+        _retrying("expire", report, ttl)
+        _retrying("forget", report, withdrawn)
     report.backfilled_through = table.backfill()
     listing = list_log(table.storage)
     if listing.latest >= 0 and listing.latest not in listing.checkpoints:

@@ -139,3 +139,13 @@ def test_cli_maintain(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     missing = feedlog("maintain", str(tmp_path / "nothing"))
     assert missing.returncode == 3 and "Traceback" not in missing.stderr
+
+
+def test_any_delta_table_gets_checkpoint_cleanup_and_vacuum(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    t = DeltaTable.create(tmp_path / "plain", pa.schema([("x", pa.int64())]))
+    t.append(pa.table({"x": [1, 2, 3]}))
+    r = maintain(str(tmp_path / "plain"), engine="local")
+    assert not r.feedlog_table and (r.expired_version, r.forgotten_version) == (None, None)
+    assert r.checkpoint == 1 and DeltaTable.open(tmp_path / "plain").to_arrow().num_rows == 3
