@@ -37,8 +37,9 @@ class BeforeHorizon(BeforeRetainedHistory):
     `delta.deletedFileRetentionDuration`): refused whole, never answered in part. `horizon_ms` is the
     oldest commit time still guaranteed readable."""
 
-    def __init__(self, message: str, horizon_ms: int) -> None:
+    def __init__(self, message: str, horizon_ms: int | None = None) -> None:
         super().__init__(message)
+        #: None when rebuilt from a gRPC status (feedlog.rpc), which carries the message alone
         self.horizon_ms = horizon_ms
 
     def __reduce__(self) -> tuple[type[BeforeHorizon], tuple[str, int]]:
