@@ -42,7 +42,7 @@ class BeforeHorizon(BeforeRetainedHistory):
         #: None when rebuilt from a gRPC status (feedlog.rpc), which carries the message alone
         self.horizon_ms = horizon_ms
 
-    def __reduce__(self) -> tuple[type[BeforeHorizon], tuple[str, int]]:
+    def __reduce__(self) -> tuple[type[BeforeHorizon], tuple[str, int | None]]:
         return type(self), (str(self), self.horizon_ms)
 
 
