@@ -24,7 +24,7 @@ from typing import Any
 from .. import failpoints
 from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument, NotFound
-from . import entries, storage
+from . import entries, retention, storage
 from .core import (
     BLOCK_COST,
     FEED_FILES,
@@ -36,10 +36,10 @@ from .core import (
     check_batch,
     is_tmp,
 )
-from .crypto import KeyPair, discovery_key
+from .crypto import KeyPair, discovery_key, leaf_hash
 from .entries import ENTRY, Record
 from .keyindex import KeyIndex
-from .merkle import TreeState
+from .merkle import Node, TreeState
 from .timestamps import TimestampPolicy, format_duration, parse_duration
 
 SETTINGS_FILE = "feed.json"
@@ -241,8 +241,11 @@ class Feed:
         fsync: bool = True,
         timestamps: TimestampPolicy | str | None = None,
         ttl: int | str | None = None,
+        clock: Clock | None = None,
     ) -> Feed:
         """An empty copy of someone else's feed: no secret key, filled with batches they signed.
+
+        `clock`: when entries expire here (a replica keeps no expired payload, issue 37).
 
         `timestamps`/`ttl`: the writer's settings as the source reported them (a clone keeps
         them to show in `info`); without `timestamps` the replica reports none.
@@ -251,7 +254,7 @@ class Feed:
             raise InvalidArgument(f"a feed key is 32 bytes, got {len(key)}")
         if timestamps is None:
             core = Core.create(path, KeyPair(key, None), fsync=fsync)
-            return cls(core, FeedSettings(fsync=fsync), settings_known=False)
+            return cls(core, FeedSettings(fsync=fsync), clock, settings_known=False)
         policy = _policy(timestamps)
         assert policy is not None
         settings = FeedSettings(timestamps=policy, ttl_ms=_ttl(ttl), fsync=fsync)
@@ -261,7 +264,7 @@ class Feed:
                 core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode(), sync_dir=False
             )
 
-        return cls(Core.create(path, KeyPair(key, None), fsync=fsync, init=init), settings)
+        return cls(Core.create(path, KeyPair(key, None), fsync=fsync, init=init), settings, clock)
 
     def close(self) -> None:
         try:
@@ -340,28 +343,76 @@ class Feed:
         """
         self._encode(writes, 0)
 
-    def store_signed(self, blocks: Sequence[bytes], state: TreeState, *, sync: bool = True) -> None:
-        """Store a batch its author signed (replication); refused unless it verifies."""
-        self.store_signed_many([(blocks, state)], sync=sync)
+    def store_signed(
+        self, blocks: Sequence[bytes | None], state: TreeState, *, sync: bool = True, leaves: Sequence[Node] = ()
+    ) -> None:
+        """Store a batch its author signed (replication); refused unless it verifies.
 
-    def store_signed_many(self, batches: Sequence[tuple[Sequence[bytes], TreeState]], *, sync: bool = True) -> int:
+        `leaves`: the leaf nodes of blocks that came cleared (None in `blocks`), stored as holes."""
+        self.store_signed_many([(blocks, state)], sync=sync, leaves=[leaves])
+
+    def store_signed_many(
+        self,
+        batches: Sequence[tuple[Sequence[bytes | None], TreeState]],
+        *,
+        sync: bool = True,
+        leaves: Sequence[Sequence[Node]] | None = None,
+    ) -> int:
         """`store_signed` for consecutive batches, their timestamps scanned as one (a replica's
         message holds many). Each is verified and stored in turn: one that fails raises, the
-        ones before it stay stored. Returns the blocks stored."""
+        ones before it stay stored. Returns the blocks stored.
+
+        `leaves[i]`: the leaf nodes of batch i's cleared blocks (None in its blocks). A block that
+        came with its bytes but whose payload `retention.keeps` refuses by our clock (expired) is
+        stored as a hole too: a replica never needs an expired payload (issue 37).
+        """
         from .entry_scan import timestamp_ranges  # here: numpy and pyarrow cost every command's start
 
         if not batches:
             return 0
         start = self.core.length
         first = batches[0][0]
-        content_type = entries.decode_header(first[0]) if start == 0 and first else self.content_type
-        every = [b for blocks, _ in batches for b in blocks] if len(batches) > 1 else first
+        if start == 0 and first:
+            if first[0] is None:
+                raise Corruption("block 0, the feed's header, came cleared: a copy cannot tell what the feed holds")
+            content_type = entries.decode_header(first[0])
+        else:
+            content_type = self.content_type
+        now = self.clock.now_ms()
+        every: Sequence[bytes | None] = [b for blocks, _ in batches for b in blocks] if len(batches) > 1 else first
+        # payloads we will not keep: out before anything is scanned or stored
+        gone = retention.dropped(content_type, start, every, now)
+        extra: dict[int, Node] = {}
+        if gone:
+            every = list(every)
+            for k in gone:
+                block = every[k]
+                assert block is not None
+                extra[k] = Node(2 * (start + k), leaf_hash(block), len(block))
+                every[k] = None
         # scan_blocks(strict=False) of each batch, all at once
         ranges = timestamp_ranges(content_type, start, every, [len(blocks) for blocks, _ in batches])
         stored = 0
+        at = 0  # position of the batch in `every`
         try:
-            for (blocks, state), (lo, hi) in zip(batches, ranges, strict=True):
-                self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=False)
+            for i, ((blocks, state), (lo, hi)) in enumerate(zip(batches, ranges, strict=True)):
+                held = list(leaves[i]) if leaves is not None else []
+                if extra or held:
+                    n = len(blocks)
+                    mine = [extra[k] for k in range(at, at + n) if k in extra] if extra else []
+                    blocks = every[at : at + n] if mine else blocks
+                    self.core.append_signed(
+                        blocks,
+                        state,
+                        min_ts=lo,
+                        max_ts=hi,
+                        sync=False,
+                        leaves=sorted([*held, *mine]),
+                        holes={n.index // 2 for n in held},
+                    )
+                else:
+                    self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=False)
+                at += len(blocks)
                 if not stored:
                     self._stored(start, content_type)
                 stored += len(blocks)
@@ -457,6 +508,50 @@ class Feed:
 
     # ---- maintenance ----------------------------------------------------------------
 
+    def fill(self, start: int, blocks: Sequence[bytes | None]) -> int:
+        """Fill this copy's holes among seqs start... with the blocks another peer served (None: it
+        has none either); returns how many were filled.
+
+        Each block must hash to the leaf our signed tree holds (`Core.fill`: a
+        hostile peer can withhold a payload, never forge one; Corruption
+        otherwise). A block `retention.keeps` refuses by our clock stays
+        cleared (no longer a hole: we know now why it has no payload).
+        """
+        filled = 0
+        now = self.clock.now_ms()
+        gone = set(retention.dropped(self.content_type, start, blocks, now))
+        for k, block in enumerate(blocks):
+            if block is not None and start + k < self.length:
+                filled += self.core.fill(start + k, block, keep=k not in gone)
+        if filled:  # entries appeared below what the key index covers
+            self._keys.rebuild()
+        return filled
+
+    def compact_step(self, start: int, count: int) -> tuple[int, CompactReport]:
+        """Clear the payloads `retention.keeps` refuses among seqs [start, start + count), by this feed's
+        clock: one bounded step of a peer's scheduled compaction (issue 37).
+
+        Reads without the feed's lock (blocks below the length never change but
+        for clearing, which this step re-checks under it in `Core.clear`), decodes
+        only blocks that may carry an expiry, and holds the lock only for the
+        clear itself, so puts and reads interleave with a compaction of any size.
+        Returns where the next step starts and what this one cleared.
+        """
+        end = min(start + count, self.length)
+        first = max(start, 1)
+        if first >= end:
+            return end, CompactReport(0, 0)
+        now = self.clock.now_ms()
+        seqs, blocks = [], []
+        for seq, block in self.core.get_range(first, end):
+            seqs.append(seq)
+            blocks.append(block)
+        victims = [first + k for k in retention.dropped(self.content_type, first, blocks, now)]
+        if not victims:
+            return end, CompactReport(0, 0)
+        size = sum(len(blocks[s - first] or b"") for s in victims)
+        return end, CompactReport(self.core.clear(victims), size)
+
     def compact(self, *, overwritten: bool = False) -> CompactReport:
         """Clear payloads of expired entries (and of overwritten ones, if asked).
 
@@ -469,7 +564,7 @@ class Feed:
         for r in self.records():
             if r.cleared or r.invalid is not None:
                 continue  # an invalid block has no key or expiry to judge it by: it stays
-            if r.expired(now):
+            if not retention.keeps(r, now):
                 victims.add(r.seq)
             elif overwritten and r.key in latest:
                 victims.add(latest[r.key])

@@ -67,7 +67,8 @@ def store_responses(
     """
     stored = 0
     unsynced = 0  # bytes received since the last fsync
-    pending: list[bytes] = []
+    pending: list[bytes | None] = []
+    pending_leaves: list[Node] = []  # the leaf nodes of the cleared blocks in `pending`
     unsigned = Unsigned(max_unsigned_bytes(budget), source)
     it = iter(responses)
     try:
@@ -77,27 +78,32 @@ def store_responses(
                 if merkle.roots_hash(roots) != feed.core.state.tree_hash:
                     _fork_at(feed, roots, itertools.chain([resp], it), source, budget)
             # the message's signed batches, stored together (one timestamp scan: Feed.store_signed_many)
-            batches: list[tuple[list[bytes], TreeState]] = []
+            batches: list[tuple[list[bytes | None], TreeState]] = []
+            leaves: list[list[Node]] = []
             held = feed.length  # where `pending` starts
             for m in resp.segments:
                 expected = held + len(pending)
                 if m.start != expected:
                     raise Corruption(f"{source}: sent blocks from {m.start}, expected {expected}")
-                if m.cleared:
-                    raise Unavailable(
-                        f"{source}: blocks from {m.start} were cleared by compaction there; "
-                        "replicate from a peer that still holds them"
-                    )
                 unsigned.charge_pb(m)  # before touching the blocks: refuses a flood cheaply
                 unsynced += unsigned.last
-                pending.extend(m.blocks)
+                if m.cleared:  # blocks the peer holds (or serves) as their leaf only: stored as holes (issue 37)
+                    try:
+                        seg = wire.segment_of(m)
+                    except Corruption as e:
+                        raise Corruption(f"{source}: {e}") from None
+                    pending.extend(seg.blocks)
+                    pending_leaves.extend(seg.cleared)
+                else:
+                    pending.extend(m.blocks)
                 if m.HasField("state"):
                     batches.append((pending, wire.state_of(m.state)))
+                    leaves.append(pending_leaves)
                     held += len(pending)
-                    pending = []
+                    pending, pending_leaves = [], []
                     unsigned.signed()
             if batches:
-                stored += _store(feed, batches, source)
+                stored += _store(feed, batches, source, leaves)
             if batches and (on_stored is not None or unsynced >= SYNC_BYTES):
                 feed.core.sync()
                 unsynced = 0
@@ -115,11 +121,13 @@ def store_responses(
     return stored
 
 
-def _store(feed: Feed, batches: list[tuple[list[bytes], TreeState]], source: str) -> int:
+def _store(
+    feed: Feed, batches: list[tuple[list[bytes | None], TreeState]], source: str, leaves: list[list[Node]]
+) -> int:
     """Verify and store a message's signed batches in order; the first one refused stops it, named."""
     length = feed.length
     try:
-        return feed.store_signed_many(batches, sync=False)
+        return feed.store_signed_many(batches, sync=False, leaves=leaves if any(leaves) else None)
     except (Corruption, InvalidArgument) as e:  # e.g. a state whose length does not fit the blocks
         kind = Corruption if isinstance(e, InvalidArgument) else type(e)
         first, done = feed.length, length
