@@ -192,7 +192,11 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     @unary
     def Proof(self, request: pb.ProofRequest, context: grpc.ServicerContext) -> pb.ProofResponse:
-        return wire.proof_pb(self._find(request.feed).feed.core.proof(request.seq))
+        feed = self._find(request.feed).feed
+        proof = feed.core.proof(request.seq)
+        if retention.dropped(feed.content_type, proof.seq, [proof.block], feed.clock.now_ms()):
+            raise NotFound(f"block {proof.seq} has expired: this peer no longer serves its payload")
+        return wire.proof_pb(proof)
 
     @unary
     def Append(self, request: pb.AppendRequest, context: grpc.ServicerContext) -> pb.AppendResponse:

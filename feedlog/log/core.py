@@ -1052,6 +1052,17 @@ class Core:
                 break
         return out
 
+    def hole_count(self, start: int, end: int) -> int:
+        """How many seqs in [start, end) are holes (see `holes`), reading only the index."""
+        import numpy as np
+
+        n = 0
+        end = min(end, self.length)
+        for lo in range(max(start, 0), end, 1 << 16):
+            rows = self._index_rows(lo, min(lo + (1 << 16), end))
+            n += int(np.count_nonzero(rows["flags"] & storage.HOLE))
+        return n
+
     def first_cleared(self, start: int, end: int) -> int | None:
         """The first seq in [start, end) whose payload compaction cleared, or None (reads only the index)."""
         chunk = 1 << 16

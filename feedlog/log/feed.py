@@ -112,6 +112,17 @@ class CompactReport:
     bytes_cleared: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompactStep:
+    """What one `Feed.compact_step` did: where the next starts, what it cleared, and when (ms) the
+    earliest entry it kept expires (None: none of them does), before which the range needs no step."""
+
+    end: int
+    cleared: int
+    bytes_cleared: int
+    next_expiry: int | None
+
+
 _INTERRUPTED = "an interrupted create left a key here but no header block"
 
 
@@ -170,6 +181,8 @@ class Feed:
         floor = settings.timestamps.clock_floor(core.max_ts) if core.can_sign else 0
         self.clock = MonotonicClock(clock or SystemClock(), floor)
         self._keys = KeyIndex(core, self._scan_keys)
+        #: holes filled since opened: a scheduler that skips ranges with nothing to expire looks again
+        self.fills = 0
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -523,11 +536,12 @@ class Feed:
         for k, block in enumerate(blocks):
             if block is not None and start + k < self.length:
                 filled += self.core.fill(start + k, block, keep=k not in gone)
-        if filled:  # entries appeared below what the key index covers
+        if filled:  # entries appeared below what the key index covers (and a compactor's schedule)
             self._keys.rebuild()
+            self.fills += filled
         return filled
 
-    def compact_step(self, start: int, count: int) -> tuple[int, CompactReport]:
+    def compact_step(self, start: int, count: int) -> CompactStep:
         """Clear the payloads `retention.keeps` refuses among seqs [start, start + count), by this feed's
         clock: one bounded step of a peer's scheduled compaction (issue 37).
 
@@ -535,22 +549,18 @@ class Feed:
         for clearing, which this step re-checks under it in `Core.clear`), decodes
         only blocks that may carry an expiry, and holds the lock only for the
         clear itself, so puts and reads interleave with a compaction of any size.
-        Returns where the next step starts and what this one cleared.
         """
         end = min(start + count, self.length)
         first = max(start, 1)
         if first >= end:
-            return end, CompactReport(0, 0)
+            return CompactStep(max(end, start), 0, 0, None)
         now = self.clock.now_ms()
-        seqs, blocks = [], []
-        for seq, block in self.core.get_range(first, end):
-            seqs.append(seq)
-            blocks.append(block)
-        victims = [first + k for k in retention.dropped(self.content_type, first, blocks, now)]
-        if not victims:
-            return end, CompactReport(0, 0)
-        size = sum(len(blocks[s - first] or b"") for s in victims)
-        return end, CompactReport(self.core.clear(victims), size)
+        blocks = [block for _seq, block in self.core.get_range(first, end)]
+        gone, soonest = retention.scan(self.content_type, first, blocks, now)
+        if not gone:
+            return CompactStep(end, 0, 0, soonest)
+        size = sum(len(blocks[k] or b"") for k in gone)
+        return CompactStep(end, self.core.clear([first + k for k in gone]), size, soonest)
 
     def compact(self, *, overwritten: bool = False) -> CompactReport:
         """Clear payloads of expired entries (and of overwritten ones, if asked).

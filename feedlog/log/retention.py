@@ -53,10 +53,20 @@ def dropped(content_type: str, start: int, blocks: Sequence[bytes | None], now_m
     Cleared blocks (None) and the header (seq 0) are never listed. Only blocks
     that may carry an expiry are decoded.
     """
+    return scan(content_type, start, blocks, now_ms)[0]
+
+
+def scan(content_type: str, start: int, blocks: Sequence[bytes | None], now_ms: int) -> tuple[list[int], int | None]:
+    """`dropped`, and the earliest moment after `now_ms` at which `keeps` will refuse one of the
+    others (None: never, as far as expiry goes): a scheduled compaction skips these blocks until then."""
     out: list[int] = []
+    soonest: int | None = None
     for k, block in enumerate(blocks):
         if block is None or start + k == 0 or not _may_drop(block):
             continue
-        if not keeps(entries.decode_record(content_type, start + k, block), now_ms):
+        r = entries.decode_record(content_type, start + k, block)
+        if not keeps(r, now_ms):
             out.append(k)
-    return out
+        elif r.expires_at is not None and r.invalid is None and (soonest is None or r.expires_at < soonest):
+            soonest = r.expires_at
+    return out, soonest

@@ -155,16 +155,18 @@ def test_fill_holes_only_with_the_signed_block_and_only_if_kept(tmp_path: Path) 
 def test_compact_step_clears_expired_payloads_in_bounded_steps(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     with _source(tmp_path, clock) as f:
-        assert f.compact_step(0, 100)[1].cleared == 0
+        step = f.compact_step(0, 100)
+        assert (step.end, step.cleared, step.next_expiry) == (f.length, 0, T0 + 60_000)
+        assert f.compact_step(0, 4).next_expiry == T0 + 60_000 and f.compact_step(6, 4).next_expiry is None
         clock.advance(61_000)
         pos, total = 0, 0
         steps = 0
         while pos < f.length:
-            pos, rep = f.compact_step(pos, 2)
-            total += rep.cleared
-            steps += 1
+            step = f.compact_step(pos, 2)
+            pos, total, steps = step.end, total + step.cleared, steps + 1
+            assert step.next_expiry is None
         assert total == 2 and steps == 5
         assert [r.seq for r in f.records() if r.cleared] == [2, 5]
         assert f.verify().cleared == 2 and f.core.holes(0, f.length, 10) == []
-        assert f.compact_step(0, 100)[1].cleared == 0  # already cleared
+        assert f.compact_step(0, 100).cleared == 0  # already cleared
     assert not _log_holds(tmp_path / "src", SECRET)
