@@ -9,22 +9,23 @@ the signed `expires_at` in the entry decides, read by the copy's own (injected)
 clock, so no copy serves an expired payload whether its compaction ran yet or not.
 
 `keeps` is the rule on a decoded record. `dropped` applies it to raw blocks the
-way a peer serving a message needs: a block that cannot hold an `expires_at`
-(its tag byte is nowhere in it) is kept without decoding, so a feed without
-TTLs costs one memchr per block. A rule that drops payloads for another reason
-(e.g. a later signed withdrawal of the key) must widen `_may_drop` with it.
+way a peer serving a message needs, decoding only blocks that may carry an
+`expires_at`: an entry laid out as `encode_entry` writes it (field order checked
+in C, `entry_scan.expiry_candidates`) has it last, so one whose last field is
+not field 10 has none; any other block is decoded. (A byte search for the tag is no
+filter: the high bytes of a millisecond timestamp are the same for days, and
+for weeks at a time one of them is 0x50.) A rule that drops payloads for
+another reason (e.g. a later signed withdrawal of the key) must widen
+`_candidates` with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from . import entries
 from .entries import Record
-
-#: InflatedEntry.expires_at (field 10, varint) as a one-byte tag, and the first byte of any longer
-#: (non-minimal) encoding of the same tag that upb would also accept
-_EXPIRES_TAGS = (b"\x50", b"\xd0")
 
 
 def keeps(record: Record, now_ms: int) -> bool:
@@ -42,9 +43,12 @@ def keeps(record: Record, now_ms: int) -> bool:
     return not record.expired(now_ms)
 
 
-def _may_drop(block: bytes) -> bool:
-    """False only for a block `keeps` surely keeps whatever the clock says: it holds no expires_at tag."""
-    return _EXPIRES_TAGS[0] in block or _EXPIRES_TAGS[1] in block
+def _candidates(blocks: Sequence[bytes]) -> list[int]:
+    """Positions of the blocks that may carry an expires_at (all that `keeps` may refuse)."""
+    from .entry_scan import expiry_candidates  # here: numpy costs every command's start
+
+    found: list[int] = expiry_candidates(blocks).nonzero()[0].tolist()
+    return found
 
 
 def dropped(content_type: str, start: int, blocks: Sequence[bytes | None], now_ms: int) -> list[int]:
@@ -61,10 +65,15 @@ def scan(content_type: str, start: int, blocks: Sequence[bytes | None], now_ms: 
     others (None: never, as far as expiry goes): a scheduled compaction skips these blocks until then."""
     out: list[int] = []
     soonest: int | None = None
-    for k, block in enumerate(blocks):
-        if block is None or start + k == 0 or not _may_drop(block):
-            continue
-        r = entries.decode_record(content_type, start + k, block)
+    if start and None not in blocks:  # the usual message: every block there, no header
+        at: Sequence[int] = range(len(blocks))
+        present = cast(Sequence[bytes], blocks)
+    else:
+        at = [k for k, b in enumerate(blocks) if b is not None and start + k != 0]
+        present = [cast(bytes, blocks[k]) for k in at]
+    for j in _candidates(present):
+        k = at[j]
+        r = entries.decode_record(content_type, start + k, present[j])
         if not keeps(r, now_ms):
             out.append(k)
         elif r.expires_at is not None and r.invalid is None and (soonest is None or r.expires_at < soonest):

@@ -55,7 +55,7 @@ def holds(directory: Path, needle: bytes = SECRET) -> bool:
 
 def length_on(peer: PeerServer) -> int:
     try:
-        return peer.host.get(KP.public_key).feed.length
+        return int(peer.host.get(KP.public_key).feed.length)
     except NotFound:
         return -1
 
