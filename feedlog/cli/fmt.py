@@ -113,7 +113,7 @@ def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Json]:
 
 def record_line(r: Record, now_ms: int) -> str:
     if r.cleared:
-        return f"{r.seq}\t(cleared by compaction)"
+        return f"{r.seq}\t(cleared: its payload is not here)"
     if r.invalid is not None:
         return f"{r.seq}\t(invalid: {r.invalid})\t0x{(r.block or b'').hex()}"
     if r.stat is not None:
