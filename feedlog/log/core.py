@@ -210,6 +210,9 @@ class Core:
         self.writable = writable
         self.fsync = fsync
         self.lock = threading.RLock()
+        #: one clear or fill at a time (taken before `lock`, never while holding it): they change
+        #: index entries below the length, and do their slow part without `lock`
+        self._maint = threading.Lock()
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._fds: dict[str, int] = {}
         try:
@@ -358,7 +361,7 @@ class Core:
         return core
 
     def close(self) -> None:
-        with self.lock:
+        with self._maint, self.lock:  # after a running clear or fill: its fds must not be closed under it
             if self._fds and self.writable and self._log_end > self._ckpt.log_offset:
                 self.checkpoint()
             self._close_fds()
@@ -963,6 +966,17 @@ class Core:
                     yield seq, block
                 k = j
 
+    def blocks(self, start: int, end: int) -> list[bytes | None]:
+        """Blocks [start, end) (None where cleared), read together and not hash-checked: for a
+        compaction judging which payloads to clear (issue 37), where `get_range`'s hashing was most
+        of the time a step holds the GIL (a reader that serves or keeps blocks checks them)."""
+
+        end = min(end, self.length)
+        if not 0 <= start < end:
+            return []
+        rows = self._index_rows(start, end)
+        return self._read_rows(start, rows, (rows["flags"] & storage.CLEARED) != 0, False)
+
     def leaf(self, seq: int) -> Node:
         self._check_seq(seq)
         return self.node(2 * seq)
@@ -980,28 +994,42 @@ class Core:
         """Drop the payloads of blocks (hypercore's `clear`); tree nodes stay, so proofs still verify.
 
         The blocks' records are checkpointed first, so recovery never re-reads them.
+        The feed's lock is held only to mark the blocks cleared in the index (one
+        write of the range); the fsyncs and the zeroing follow without it, so appends
+        and reads go on meanwhile (issue 37: a peer compacts while it takes puts).
+        One clear or fill runs at a time (`_maint`), and `close` waits for it.
         """
-        with self.lock:
-            if not self.writable:
-                raise ReadOnly(f"{self.path}: opened read-only")
-            for seq in seqs:
-                self._check_seq(seq)
-            if seqs and max(seqs) >= self._ckpt.length:
-                self.checkpoint()
-            todo = []
-            for seq in sorted(set(seqs)):
-                off, n, flags = self._entry(seq)
-                if not flags & storage.CLEARED:
-                    todo.append((seq, off, n, flags))
-            for seq, off, n, flags in todo:
-                entry = storage.INDEX_ENTRY.pack(off, n, flags | storage.CLEARED)
-                os.pwrite(self._index, entry, seq * storage.INDEX_ENTRY.size)
-            os.fsync(self._index)  # the cleared flags are durable before any payload is gone
+        with self._maint:
+            with self.lock:
+                if not self.writable:
+                    raise ReadOnly(f"{self.path}: opened read-only")
+                for seq in seqs:
+                    self._check_seq(seq)
+                if not seqs:
+                    return 0
+                if max(seqs) >= self._ckpt.length:
+                    self.checkpoint()
+                lo, hi = min(seqs), max(seqs) + 1
+                raw = bytearray(os.pread(self._index, (hi - lo) * _ENTRY_SIZE, lo * _ENTRY_SIZE))
+                if len(raw) != (hi - lo) * _ENTRY_SIZE:
+                    raise Corruption(f"{self.path}: index entries {lo}..{hi - 1} are missing")
+                todo = []
+                for seq in sorted(set(seqs)):
+                    off, n, flags = storage.INDEX_ENTRY.unpack_from(raw, (seq - lo) * _ENTRY_SIZE)
+                    if not flags & storage.CLEARED:
+                        todo.append((off, n))
+                        storage.INDEX_ENTRY.pack_into(raw, (seq - lo) * _ENTRY_SIZE, off, n, flags | storage.CLEARED)
+                if todo:  # the range back in one write: entries below the length change only under `_maint`
+                    os.pwrite(self._index, raw, lo * _ENTRY_SIZE)
+            if not todo:
+                return 0
+            # the cleared flags are durable before any payload is gone (data only: the sizes do not change)
+            os.fdatasync(self._index)
             # adjacent payloads are zeroed as one range; record headers between batches stay intact
-            for off, n in _coalesce([(off, n) for _seq, off, n, _flags in todo]):
+            for off, n in _coalesce(todo):
                 os.pwrite(self._log, bytes(n), off)
                 _punch_hole(self._log, off, n)
-            os.fsync(self._log)
+            os.fdatasync(self._log)
             return len(todo)
 
     def fill(self, seq: int, block: bytes, *, keep: bool = True) -> bool:
@@ -1017,7 +1045,7 @@ class Core:
         only checked, and the hole becomes an ordinary cleared block: no
         reason left to fetch it again.
         """
-        with self.lock:
+        with self._maint, self.lock:
             if not self.writable:
                 raise ReadOnly(f"{self.path}: opened read-only")
             self._check_seq(seq)

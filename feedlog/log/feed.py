@@ -121,6 +121,8 @@ class CompactStep:
     cleared: int
     bytes_cleared: int
     next_expiry: int | None
+    #: with `clear=False`: the seqs the step would have cleared (bytes_cleared counts them)
+    victims: tuple[int, ...] = ()
 
 
 _INTERRUPTED = "an interrupted create left a key here but no header block"
@@ -541,7 +543,7 @@ class Feed:
             self.fills += filled
         return filled
 
-    def compact_step(self, start: int, count: int) -> CompactStep:
+    def compact_step(self, start: int, count: int, *, clear: bool = True) -> CompactStep:
         """Clear the payloads `retention.keeps` refuses among seqs [start, start + count), by this feed's
         clock: one bounded step of a peer's scheduled compaction (issue 37).
 
@@ -549,18 +551,23 @@ class Feed:
         for clearing, which this step re-checks under it in `Core.clear`), decodes
         only blocks that may carry an expiry, and holds the lock only for the
         clear itself, so puts and reads interleave with a compaction of any size.
+        With `clear` False the payloads are only found (`victims`), for a caller
+        that clears several steps' at once (`Core.clear` costs two fsyncs a call).
         """
         end = min(start + count, self.length)
         first = max(start, 1)
         if first >= end:
             return CompactStep(max(end, start), 0, 0, None)
         now = self.clock.now_ms()
-        blocks = [block for _seq, block in self.core.get_range(first, end)]
+        blocks = self.core.blocks(first, end)
         gone, soonest = retention.scan(self.content_type, first, blocks, now)
         if not gone:
             return CompactStep(end, 0, 0, soonest)
         size = sum(len(blocks[k] or b"") for k in gone)
-        return CompactStep(end, self.core.clear([first + k for k in gone]), size, soonest)
+        victims = [first + k for k in gone]
+        if not clear:
+            return CompactStep(end, 0, size, soonest, tuple(victims))
+        return CompactStep(end, self.core.clear(victims), size, soonest)
 
     def compact(self, *, overwritten: bool = False) -> CompactReport:
         """Clear payloads of expired entries (and of overwritten ones, if asked).

@@ -47,6 +47,8 @@ DRIVER = """
 import dataclasses, json, sys
 from feedlog_server.app import PeerServer
 peer = PeerServer(sys.argv[1], sys.argv[2], write_tokens=[sys.argv[3]], compact_every=0).start()
+if len(sys.argv) > 4:
+    peer.compactor.step, peer.compactor.pause_s = int(sys.argv[4]), float(sys.argv[5])
 print("ready", flush=True)
 for line in sys.stdin:
     if line.strip() == "compact":
@@ -104,6 +106,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="100k entries instead of 1M")
     ap.add_argument("--dir", help="where to write (default: a temp dir)")
+    ap.add_argument("--step", type=int, help="entries per compaction step (default: the peer's)")
+    ap.add_argument("--pause", type=float, default=0.0, help="with --step: seconds between steps")
     ns = ap.parse_args()
     n = 100_000 if ns.quick else 1_000_000
     root = Path(ns.dir or tempfile.mkdtemp(prefix="bench-peer-compact-"))
@@ -114,7 +118,8 @@ def main() -> None:
         print(f"wrote {n:,} entries ({n // 10:,} expired) in {time.perf_counter() - t:.1f}s", flush=True)
         target = f"127.0.0.1:{free_port()}"
         proc = subprocess.Popen(
-            [sys.executable, "-c", DRIVER, str(data), target, TOKEN],
+            [sys.executable, "-c", DRIVER, str(data), target, TOKEN]
+            + ([str(ns.step), str(ns.pause)] if ns.step else []),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
