@@ -985,7 +985,10 @@ class Core:
         self._check_seq(seq)
         block = self.get(seq)
         if block is None:
-            raise NotFound(f"block {seq} was cleared by compaction; its proof needs the block")
+            raise NotFound(
+                f"block {seq} is cleared here (compacted, or a hole: it came cleared from a peer);"
+                " its proof needs the block"
+            )
         return merkle.build_proof(seq, block, self._state, self.node)
 
     # ---- maintenance ----------------------------------------------------------------

@@ -430,9 +430,10 @@ def push(
         cleared = feed.core.first_cleared(remote, feed.length)
         if cleared is not None:
             raise InvalidArgument(
-                f"cannot push to {address.target}: block {cleared} was cleared here by `feedlog compact` and the "
-                f"peer holds {remote} of the {feed.length} blocks (a peer stores whole blocks only); nothing was "
-                f"sent. Push a feed before compacting it, or push from a copy that still holds block {cleared}"
+                f"cannot push to {address.target}: block {cleared} was cleared here (compacted, or it came "
+                f"cleared) and the peer holds {remote} of the {feed.length} blocks (a peer stores whole blocks "
+                f"only); nothing was sent. Push a feed before compacting it, or push from a copy that still "
+                f"holds block {cleared}"
             )
         failed: list[FeedlogError] = []
         sent: collections.deque[tuple[int, bytes]] = collections.deque()  # each request's (end, signature)
