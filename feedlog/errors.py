@@ -27,6 +27,24 @@ class NotFound(FeedlogError):
     """The feed, table, key or seq does not exist (here)."""
 
 
+class BeforeRetainedHistory(NotFound):
+    """A version or time older than what the table still keeps: its log was cleaned up (or, for
+    `BeforeHorizon`, its data files may have been vacuumed). Not corruption: a table forgets on purpose."""
+
+
+class BeforeHorizon(BeforeRetainedHistory):
+    """A version some of whose files vacuum may have deleted (older than the table's
+    `delta.deletedFileRetentionDuration`): refused whole, never answered in part. `horizon_ms` is the
+    oldest commit time still guaranteed readable."""
+
+    def __init__(self, message: str, horizon_ms: int) -> None:
+        super().__init__(message)
+        self.horizon_ms = horizon_ms
+
+    def __reduce__(self) -> tuple[type[BeforeHorizon], tuple[str, int]]:
+        return type(self), (str(self), self.horizon_ms)
+
+
 class AlreadyExists(FeedlogError):
     """Creating something that is already there."""
 

@@ -417,4 +417,8 @@ class _StreamBudget:
 def write_of(p: pb.Put) -> Write:
     value: bytes | dict[str, int] = dict(p.stat) if p.stat else p.value
     policy = TimestampPolicy.parse(p.timestamps) if p.timestamps else None
-    return Write(p.key, None if p.deleted else value, p.deleted, p.ttl_ms or None, policy)
+    if p.forget:  # a withdrawal (issue 37) carries nothing but its key: anything else is refused, not dropped
+        if p.value or p.stat or p.ttl_ms:
+            raise InvalidArgument(f"a forget of key {p.key[:100]!r} takes no value, stat or TTL")
+        return Write(p.key, None, True, None, policy, forget=True)
+    return Write(p.key, None if p.deleted else value, p.deleted, p.ttl_ms or None, policy, p.exact_expiry)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from feedlog.cli import main
+from feedlog.clock import SystemClock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,6 +18,18 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def test_put_exact_expiry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = str(tmp_path / "feed")
+    assert run(capsys, "create", f, "--timestamps", "off")[0] == 0
+    before = SystemClock().now_ms()
+    code, out, _ = run(capsys, "put", f, "deadline", "x", "--ttl", "1h", "--exact-expiry", "--json")
+    after = SystemClock().now_ms()
+    assert code == 0 and json.loads(out)["timestamp"] is None
+    assert before + 3_600_000 <= json.loads(out)["expires_at"] <= after + 3_600_000
+    code, out, _ = run(capsys, "put", f, "vague", "x", "--ttl", "1h", "--json")
+    assert code == 0 and json.loads(out)["expires_at"] % 3_600_000 == 0
 
 
 def test_feed_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,6 +52,7 @@ def test_feed_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert [r["seq"] for r in rows] == [1, 2, 3]
     assert rows[1]["value"] == "00ff" and rows[2]["deleted"] and "block" in rows[0]
     assert rows[0]["timestamp"] % 60_000 == 0
+    assert rows[1]["expires_at"] % 60_000 == 0  # truncate:1m: the expiry is no finer than the timestamp
 
     code, out, _ = run(capsys, "info", f, "--json")
     info = json.loads(out)

@@ -1,4 +1,4 @@
-"""`feedlog create|put|del|append|get|history|cat|info|timestamp|verify|compact`."""
+"""`feedlog create|put|del|forget|append|get|history|cat|info|timestamp|verify|compact`."""
 
 from __future__ import annotations
 
@@ -90,7 +90,13 @@ def cmd_put(ns: argparse.Namespace) -> None:
     if is_remote(ns.path):
         return remote_put(ns, deleted=False)
     with opened(ns.path, writable=True) as feed:
-        a = feed.put(ns.key, parse_value(feed.content_type, ns.value, ns.hex), ttl=ns.ttl, timestamps=ns.timestamps)
+        a = feed.put(
+            ns.key,
+            parse_value(feed.content_type, ns.value, ns.hex),
+            ttl=ns.ttl,
+            timestamps=ns.timestamps,
+            exact_expiry=ns.exact_expiry,
+        )
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
@@ -102,6 +108,14 @@ def cmd_del(ns: argparse.Namespace) -> None:
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
+def cmd_forget(ns: argparse.Namespace) -> None:
+    if is_remote(ns.path):
+        return remote_put(ns, deleted=True, forget=True)
+    with opened(ns.path, writable=True) as feed:
+        a = feed.forget(ns.key, timestamps=ns.timestamps)
+    emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
+
+
 def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
     try:
         obj = json.loads(line)
@@ -109,13 +123,16 @@ def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
         raise InvalidArgument(f"line {lineno}: not JSON ({e})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("key"), str):
         raise InvalidArgument(f'line {lineno}: expected an object with a string "key"')
-    known = {"key", "value", "value_hex", "stat", "deleted", "ttl", "timestamps"}
+    known = {"key", "value", "value_hex", "stat", "deleted", "forget", "ttl", "timestamps"}
     extra = set(obj) - known
     if extra:
         fields = "field" if len(extra) == 1 else "fields"
         raise InvalidArgument(f"line {lineno}: unknown {fields} {', '.join(sorted(extra))}")
     try:
-        deleted = bool(obj.get("deleted", False))
+        forget = obj.get("forget", False) is True
+        if forget and set(obj) - {"key", "forget", "deleted", "timestamps"}:
+            raise InvalidArgument('a "forget" line takes only "key" (and "timestamps")')
+        deleted = bool(obj.get("deleted", False)) or forget
         value: bytes | dict[str, object] | None = None
         if not deleted:
             if feed.content_type == DRIVE_EVENT:
@@ -132,7 +149,7 @@ def parse_jsonl_line(feed: Feed, line: str, lineno: int) -> Write:
         policy = TimestampPolicy.parse(obj["timestamps"]) if obj.get("timestamps") else None
     except (InvalidArgument, ValueError, TypeError) as e:
         raise InvalidArgument(f"line {lineno}: {e}") from None
-    return Write(obj["key"], value, deleted, ttl, policy)
+    return Write(obj["key"], value, deleted, ttl, policy, forget=forget)
 
 
 @contextmanager
@@ -282,10 +299,14 @@ def cmd_get(ns: argparse.Namespace) -> int:
     with opened(ns.path) as feed:
         r = feed.get(ns.key)
         now = feed.clock.now_ms()
+        forgotten = feed.forgotten(ns.key) if r is None else None
     if r is None:
         emit(ns, None, None)
         if not ns.json:
-            print(error_line(f"{ns.key!r} not found (never written, deleted or expired)"), file=sys.stderr)
+            why = "never written, deleted or expired"
+            if forgotten is not None:
+                why = f"forgotten at seq {forgotten}: the payloads of its earlier entries were cleared"
+            print(error_line(f"{ns.key!r} not found ({why})"), file=sys.stderr)
         return 3
     if ns.json:
         emit(ns, record_json(r, now))
@@ -460,13 +481,16 @@ def remote_create(ns: argparse.Namespace) -> None:
     emit(ns, info, f"created on {ns.path}\nkey {info['key']}")
 
 
-def remote_put(ns: argparse.Namespace, deleted: bool) -> None:
+def remote_put(ns: argparse.Namespace, deleted: bool, forget: bool = False) -> None:
     address, client = client_for(ns, ns.path, write=True)
     with client:
         key = address.key
         value = None if deleted else parse_value(client.info(key).content_type, ns.value, ns.hex)
         ttl = parse_duration(ns.ttl) if getattr(ns, "ttl", None) else None
-        a = client.put(key, [Write(ns.key, value, deleted, ttl, ns.timestamps)])[0]
+        a = client.put(
+            key,
+            [Write(ns.key, value, deleted, ttl, ns.timestamps, getattr(ns, "exact_expiry", False), forget=forget)],
+        )[0]
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
 
@@ -517,11 +541,30 @@ def register(sub: Subcommands) -> None:
     p.add_argument("value", help="text; hex with --hex; a JSON stat for drive-event feeds")
     p.add_argument("--hex", action="store_true", help="VALUE is hex-encoded bytes")
     p.add_argument("--ttl", metavar="DURATION", help="time-to-live of this entry (default: the feed's)")
+    p.add_argument(
+        "--exact-expiry",
+        action="store_true",
+        help="expire at exactly write time + TTL (reveals the write time to the ms, whatever the policy)",
+    )
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
     tls_args(p, write=True)
     json_flag(p)
 
     p = add("del", cmd_del, "append a timestamped deletion of a key")
+    p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY of a feed the peer owns")
+    p.add_argument("key")
+    p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
+    tls_args(p, write=True)
+    json_flag(p)
+
+    p = add("forget", cmd_forget, "withdraw a key: every copy clears the payloads of its earlier entries")
+    p.description = (
+        "Withdraw KEY: append one signed forget entry (a deletion to hyperdb readers) that tells every "
+        "copy of the feed to clear the payloads of all earlier entries of KEY. This feed clears them at "
+        "once, a peer or follower before it serves the forget entry, `feedlog ingest` in the table "
+        "(rows become tombstones). Merkle nodes stay, so the feed and audits still verify. Needs the "
+        "feed's secret key (here, or on the peer that owns it): exit 7 where it is not, nothing changed."
+    )
     p.add_argument("path", help="a feed directory, or grpc://HOST:PORT/KEY of a feed the peer owns")
     p.add_argument("key")
     p.add_argument("--timestamps", type=policy_arg, metavar="POLICY", help="override the feed's policy")
@@ -535,7 +578,7 @@ def register(sub: Subcommands) -> None:
         required=True,
         metavar="FILE",
         help='file or - for stdin; lines like {"key": "k", "value": "v", "ttl": "1h"} '
-        '(or "value_hex", "deleted": true, "stat": {...}, "timestamps": POLICY)',
+        '(or "value_hex", "deleted": true, "forget": true, "stat": {...}, "timestamps": POLICY)',
     )
     p.add_argument(
         "--batch", type=int, default=DEFAULT_BATCH, help=f"entries per signed batch (default {DEFAULT_BATCH})"

@@ -104,6 +104,8 @@ def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Json]:
         expires_at=r.expires_at,
         expired=r.expired(now_ms),
     )
+    if r.forget:
+        out["forget"] = True
     if r.stat is not None:
         out["stat"] = r.stat
     if raw and r.block is not None:
@@ -113,13 +115,15 @@ def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Json]:
 
 def record_line(r: Record, now_ms: int) -> str:
     if r.cleared:
-        return f"{r.seq}\t(cleared: its payload is not here)"
+        return f"{r.seq}\t(cleared: expired, overwritten, forgotten, or withheld by a peer)"
     if r.invalid is not None:
         return f"{r.seq}\t(invalid: {r.invalid})\t0x{(r.block or b'').hex()}"
     if r.stat is not None:
         what = json.dumps(r.stat, separators=(",", ":"))
     else:
         what = "(deleted)" if r.deleted else fmt_value(r.value)
+    if r.forget:
+        what = "(forgotten: the payloads of every earlier entry of this key were cleared)"
     flags = " (expired)" if r.expired(now_ms) else ""
     return f"{r.seq}\t{fmt_ts(r.timestamp)}\t{r.key}\t{what}{flags}"
 

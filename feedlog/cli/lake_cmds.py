@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgument
 from .args import Subcommands, storage_option_args, storage_options_of
 from .fmt import Progress, emit, fmt_size, fmt_ts, plural, progress_wanted
-from .table_cmds import token_args, token_of
+from .table_cmds import parse_retention, token_args, token_of
 
 if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
     from pyspark.sql import SparkSession
@@ -265,6 +265,63 @@ def _expire_rounds(
         time.sleep(every)
 
 
+def cmd_maintain(ns: argparse.Namespace) -> None:
+    from ..delta import DeltaTable
+    from ..lake.maintain import MaintainReport, maintain, maintain_every
+    from ..lake.spark_errors import spark_job
+    from ..log.timestamps import parse_duration
+
+    options = storage_options_of(ns)
+    DeltaTable.open(ns.table, owner=ns.owner, storage_options=options)  # a missing table fails before any work
+    every = parse_duration(ns.every) if ns.every else None
+    if ns.rounds is not None and (every is None or ns.rounds < 1):
+        raise InvalidArgument("--rounds needs --every and must be >= 1")
+    if ns.engine == "local" and ns.master:
+        raise InvalidArgument("--master is for --engine spark")
+    engine = "spark" if ns.master and ns.engine == "auto" else ns.engine
+
+    def say(r: MaintainReport) -> None:
+        rewrites = [
+            f"{plural(r.rows_expired, 'expired row')} cleared" if r.expired_version is not None else "nothing expired",
+            f"{plural(r.rows_forgotten, 'forgotten row')} cleared"
+            if r.forgotten_version is not None
+            else "nothing forgotten",
+        ]
+        parts = [
+            *(rewrites if r.feedlog_table else ["no TTL or forget (not a table feedlog ingest made)"]),
+            f"checkpoint at {r.checkpoint}" if r.checkpoint is not None else "checkpoint current",
+            f"{plural(r.log_files_deleted, 'log file')} deleted",
+            f"vacuum deleted {plural(r.vacuum['files_deleted'], 'data file')}" if r.vacuum else "nothing to vacuum",
+        ]
+        if r.deferred:
+            parts.append(f"deferred to the next pass (a concurrent rewrite won): {', '.join(r.deferred)}")
+        emit(ns, r.to_json(), "; ".join(parts))
+
+    with contextlib.ExitStack() as stack:
+        started: list[SparkSession] = []
+
+        def session() -> SparkSession:
+            """Spark starts only for a rewrite too big to do in this process."""
+            if not started:
+                started.append(stack.enter_context(_session(ns)))
+            return started[0]
+
+        kwargs: dict[str, Any] = {
+            "token": token_of(ns),
+            "owner": ns.owner,
+            "storage_options": options,
+            "spark": session,
+            "engine": engine,
+            "vacuum_retain_ms": None if ns.retain is None else parse_retention(ns.retain),
+            "vacuum_force": ns.force,
+        }
+        with spark_job():
+            if every is None:
+                say(maintain(ns.table, **kwargs))
+            else:
+                maintain_every(ns.table, every, rounds=ns.rounds, on_report=say, **kwargs)
+
+
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "ingest",
@@ -345,3 +402,40 @@ def register(sub: Subcommands) -> None:
     e.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
     e.add_argument("--json", action="store_true")
     e.set_defaults(handler=cmd_expire)
+
+    m = sub.add_parser(
+        "maintain",
+        help="one maintenance pass over a table (or one every --every): TTL compaction, forget rewrites, checkpoint, "
+        "log cleanup, vacuum",
+        description="In a safe order, each step through the table's commit owner: expired rows and rows a "
+        "writer withdrew (feedlog forget) become tombstones; the newest backfilled version gets a checkpoint; "
+        "log files past delta.logRetentionDuration are deleted; data files that no version inside "
+        "delta.deletedFileRetentionDuration needs are vacuumed. Safe beside a running ingest; killable at any point "
+        "and rerun to finish.",
+    )
+    m.add_argument("table", metavar="TABLE")
+    m.add_argument("--every", metavar="DURATION", help="run a pass every DURATION, e.g. 10m (until Ctrl-C)")
+    m.add_argument("--rounds", type=int, help="with --every: stop after this many passes")
+    token_args(m)
+    m.add_argument(
+        "--owner",
+        metavar="OWNER",
+        help="the table's commit owner to trust, grpc://HOST:PORT or a database file "
+        "(default: <TABLE>/_feedlog/owner.db and $FEEDLOG_OWNER)",
+    )
+    storage_option_args(m)
+    m.add_argument(
+        "--engine",
+        choices=("auto", "spark", "local"),
+        default="auto",
+        help="where rewrites run, as for expire (default auto: in this process unless they are big)",
+    )
+    m.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
+    m.add_argument(
+        "--retain",
+        metavar="DURATION",
+        help="vacuum's retention (default: the table's delta.deletedFileRetentionDuration, 7 days unless set)",
+    )
+    m.add_argument("--force", action="store_true", help="allow --retain shorter than the table's retention")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(handler=cmd_maintain)

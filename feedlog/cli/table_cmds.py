@@ -1,4 +1,4 @@
-"""`feedlog table create|history|version-at|checkpoint|cleanup|enable-ict|info|backfill|convert PATH`.
+"""`feedlog table create|history|version-at|checkpoint|cleanup|vacuum|enable-ict|info|backfill|convert PATH`.
 
 Every command works on managed tables too: the table's metadata names its
 commit owner, reads ask it for un-backfilled commits, and writes present the
@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import socket
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..errors import AlreadyExists, Conflict, InvalidArgument, Unavailable
-from ..log.timestamps import parse_duration
+from ..log.timestamps import format_duration, parse_duration
 from .args import (
     Handler,
     Parser,
@@ -30,7 +31,7 @@ from .args import (
     storage_option_args,
     storage_options_of,
 )
-from .fmt import emit, fmt_ts, plural
+from .fmt import Json, emit, fmt_ts, plural
 from .remote import tls_args, tls_of
 
 if TYPE_CHECKING:  # Delta and pyarrow load when a table command runs, not for every `feedlog` command
@@ -325,6 +326,42 @@ def cmd_cleanup(ns: argparse.Namespace) -> None:
     emit(ns, {"deleted": deleted}, f"deleted {plural(len(deleted), 'log file')}")
 
 
+def parse_retention(text: str) -> int:
+    """`--retain`: a duration such as 7d, 12h or 0s (zero allowed here, unlike `parse_duration`)."""
+    if text.strip().startswith("-"):
+        raise InvalidArgument(f"bad retention {text!r}: must not be negative")
+    if re.fullmatch(r"\s*0+\s*(ms|s|m|h|d)\s*", text):
+        return 0
+    return parse_duration(text)
+
+
+def cmd_vacuum(ns: argparse.Namespace) -> None:
+    retain = None if ns.retain is None else parse_retention(ns.retain)
+    r = open_table(ns).vacuum(retain, dry_run=ns.dry_run, enforce_retention=not ns.force)
+    doc: dict[str, Json] = {
+        "dry_run": r.dry_run,
+        "files": r.files,
+        "size": r.size,
+        "directories": r.directories,
+        "retention_ms": r.retention_ms,
+        "cutoff": r.cutoff_ms,
+        "start_version": r.start_version,
+        "end_version": r.end_version,
+    }
+
+    def human() -> None:
+        verb = "would delete" if r.dry_run else "deleted"
+        for path in r.files if r.dry_run else ():
+            print(path)
+        versions = "" if r.dry_run else f" (versions {r.start_version} and {r.end_version})"
+        print(
+            f"{verb} {plural(len(r.files), 'file')} ({r.size} bytes) unreferenced since before "
+            f"{fmt_ts(r.cutoff_ms)}{versions}"
+        )
+
+    emit(ns, doc, human)
+
+
 def cmd_enable_ict(ns: argparse.Namespace) -> None:
     result = open_table(ns).enable_ict()
     if result.skipped:
@@ -354,6 +391,14 @@ def cmd_info(ns: argparse.Namespace) -> None:
         print(f"owner       {' '.join(f'{k}={v}' for k, v in sorted(owner.items())) if owner else '-'}")
         for k, v in sorted(info["properties"].items()):
             print(f"property    {k}={v}")
+        r = info["retention"]
+        files, log = format_duration(r["deleted_file_retention_ms"]), format_duration(r["log_retention_ms"])
+        print("forgetting  a row made a tombstone (TTL compaction, a forget rewrite: `feedlog maintain`) leaves")
+        print(f"            the data files {files} later (delta.deletedFileRetentionDuration; vacuum) and")
+        print(f"            the log's file stats {log} later (delta.logRetentionDuration; cleanup after a checkpoint)")
+        print(f"horizon     {fmt_ts(r['time_travel_horizon_ms'])}: older versions that read removed files are refused")
+        oldest = r["oldest_version"]
+        print(f"oldest      version {oldest}{' (older log entries were cleaned up)' if oldest else ''}")
 
     emit(ns, info, human)
 
@@ -405,6 +450,19 @@ def register(sub: Subcommands) -> None:
     p = add("cleanup", cmd_cleanup, "delete log files older than the retention, keeping what time travel needs")
     p.add_argument(
         "--retain", metavar="DURATION", help="keep this much history, e.g. 7d (default: delta.logRetentionDuration)"
+    )
+    p = add("vacuum", cmd_vacuum, "delete data files no version inside the retention needs (VACUUM)")
+    p.add_argument(
+        "--retain",
+        metavar="DURATION",
+        help="keep files removed within this long, e.g. 7d or 0s (default: delta.deletedFileRetentionDuration, 7d)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete and commit nothing")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="allow a --retain shorter than the table's delta.deletedFileRetentionDuration (delta's "
+        "retentionDurationCheck off): readers of old versions and running writers may lose files",
     )
     add("enable-ict", cmd_enable_ict, "turn on in-commit timestamps for an existing table")
     add("info", cmd_info, "version, protocol, features, properties, file and row counts")

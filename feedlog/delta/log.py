@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import Corruption, FeedlogError, NotFound, Unavailable
+from ..errors import BeforeRetainedHistory, Corruption, FeedlogError, NotFound, Unavailable
 from . import checkpoint, fast_commit
 from .actions import MANAGED_COMMITS, Action, Add, Metadata, Protocol, Remove, decode_commit
 from .committer import LOG_DIR, commit_path
@@ -450,7 +450,10 @@ def load_state(storage: Storage, listing: Listing, version: int | None = None) -
             break
     if start < 0 and 0 not in listing.commits:
         if target < listing.earliest:
-            raise NotFound(f"version {target} is older than the retained log (earliest available: {listing.earliest})")
+            raise BeforeRetainedHistory(
+                f"version {target} is older than the retained log (earliest available: {listing.earliest}): "
+                "it is before the table's retained history"
+            )
         below = max((v for v in listing.checkpoints if v <= target), default=-1)
         gap = listing.first_missing_commit(below, target)
         raise Corruption(

@@ -78,6 +78,11 @@ def _retention(conf: Mapping[str, str], key: str, default: int) -> int:
     return default if value is None else parse_interval(value)
 
 
+def log_retention(conf: Mapping[str, str]) -> int:
+    """`delta.logRetentionDuration` in ms (default 30 days)."""
+    return _retention(conf, LOG_RETENTION, DEFAULT_LOG_RETENTION_MS)
+
+
 def check_maintainable(protocol: Protocol, metadata: Metadata | None, what: str) -> None:
     """Maintenance writes the log like any commit: a table feedlog may not write is left alone.
 

@@ -31,7 +31,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import timedelta
@@ -398,6 +398,40 @@ class ObjectStorage:
                 out.append(FileInfo(path, None, None))
         out.sort()
         return out
+
+    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+        """Every object under the table's prefix (the storage contract's `walk`): one delimited listing
+        of the top level, so a pruned top-level directory (`_delta_log/`) is never listed, then a
+        streamed listing of each other prefix, a page at a time. Deeper directories are pruned by
+        filtering (an object store has no directories to skip)."""
+        with self._errors("list", ""):
+            top = obstore.list_with_delimiter(self.store, None)
+        for meta in top["objects"]:
+            if info := self._info_of(meta, prune):
+                yield info
+        for prefix in sorted(top["common_prefixes"]):
+            name = prefix.rstrip("/")
+            if prune is not None and prune(name):
+                continue
+            with self._errors("list", name):
+                pages = iter(obstore.list(self.store, name + "/", chunk_size=1000))
+                while True:
+                    with self._errors("list", name):
+                        page = next(pages, None)
+                    if page is None:
+                        break
+                    for meta in page:
+                        if info := self._info_of(meta, prune):
+                            yield info
+
+    def _info_of(self, meta: Any, prune: Callable[[str], bool] | None) -> FileInfo | None:
+        path = str(meta["path"])
+        if self._scheme == "file" and "#" in path.rsplit("/", 1)[-1]:  # obstore's local in-flight file
+            return None
+        parts = path.split("/")[:-1]
+        if prune is not None and any(prune("/".join(parts[: i + 1])) for i in range(1, len(parts))):
+            return None
+        return FileInfo(path, int(meta["size"]), int(meta["last_modified"].timestamp() * 1000))
 
     def read(self, path: str) -> bytes:
         with self._errors("read", path):

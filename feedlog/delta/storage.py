@@ -16,6 +16,11 @@ implementation must keep (the storage contract suite checks them):
 - `write_atomic(path, data)` replaces the file all at once (readers see old or new, never a mix).
 - `delete(path)` removes the file; deleting a missing file is not an error.
 - `stat(path)` returns the file's size and modification time (ms) or raises NotFound.
+- `walk(prune)`, optional, streams every file under the table root, recursively, with size and
+  modification time, in no particular order: directories for which `prune(dir)` is true are not
+  entered, and a symbolic link is neither entered nor listed (what it points to is not the table's).
+  Memory stays bounded by the depth of the tree (or one page of an object-store listing), not by
+  the number of files. The module's `walk(storage, prune)` is Unsupported where a storage has none.
 - `read_many(paths)`, optional, is `read` of each path in order with each failure (a FeedlogError)
   returned in its place; the module's `read_many(storage, paths)` uses it where a storage has it
   (a log replay's commit files: a local directory opened once, an object store's reads in flight
@@ -35,12 +40,12 @@ import errno
 import os
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from stat import S_ISREG
 from typing import NamedTuple, Protocol
 
 from ..clock import Clock, SystemClock
-from ..errors import FeedlogError, NotFound, Unavailable
+from ..errors import FeedlogError, NotFound, Unavailable, Unsupported
 
 
 class FileInfo(NamedTuple):
@@ -85,6 +90,15 @@ def read_many(storage: Storage, paths: Sequence[str]) -> list[bytes | FeedlogErr
         except FeedlogError as e:
             out.append(e)
     return out
+
+
+def walk(storage: Storage, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+    """Every file under the table root, recursively (`walk` in the contract above); Unsupported for a
+    storage that cannot list recursively."""
+    method = getattr(storage, "walk", None)
+    if method is None:
+        raise Unsupported(f"{storage.location}: this storage cannot list the table's files recursively")
+    return iter(method(prune))
 
 
 def put_new(storage: Storage, path: str, data: bytes) -> bool:
@@ -181,6 +195,30 @@ class LocalStorage:
             raise Unavailable(f"cannot list {self._abs(directory)}: {e.strerror}") from None
         out.sort()
         return out
+
+    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+        """Every regular file under the root (the contract's `walk`): a depth-first scan that holds one
+        open directory per level; `lstat` data only, so a symbolic link is never followed."""
+        stack = [""]
+        while stack:
+            directory = stack.pop()
+            prefix = f"{directory}/" if directory else ""
+            try:
+                with os.scandir(self._abs(directory)) as it:
+                    for entry in it:
+                        if entry.is_dir(follow_symlinks=False):
+                            if prune is None or not prune(prefix + entry.name):
+                                stack.append(prefix + entry.name)
+                        elif entry.is_file(follow_symlinks=False):
+                            try:
+                                st = entry.stat(follow_symlinks=False)
+                            except FileNotFoundError:
+                                continue  # deleted since the directory was read
+                            yield FileInfo(prefix + entry.name, st.st_size, st.st_mtime_ns // 1_000_000)
+            except FileNotFoundError:
+                continue  # removed while walking (or no table directory at all)
+            except OSError as e:
+                raise Unavailable(f"cannot list {self._abs(directory)}: {e.strerror}") from None
 
     def read_many(self, paths: Sequence[str]) -> builtins.list[bytes | FeedlogError]:
         """`read` of each path, in order, a failure (NotFound, Unavailable) in its place. Files are
@@ -418,6 +456,15 @@ class MemoryStorage:
             out.append(FileInfo(path, len(data), mtime) if stat else FileInfo(path, None, None))
         out.sort()
         return out
+
+    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+        with self._lock:
+            found = [(p, len(data), mtime) for p, (data, mtime) in self._files.items()]
+        for path, size, mtime in found:
+            parts = path.split("/")[:-1]
+            if prune is not None and any(prune("/".join(parts[: i + 1])) for i in range(len(parts))):
+                continue
+            yield FileInfo(path, size, mtime)
 
     def read(self, path: str) -> bytes:
         with self._lock:

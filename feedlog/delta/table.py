@@ -34,7 +34,7 @@ from .log import (
     load_protocol_metadata,
     load_state,
 )
-from .maintenance import cleanup_log, write_checkpoint
+from .maintenance import cleanup_log, log_retention, write_checkpoint
 from .managed.committer import ManagedCommitter, Router
 from .managed.owners import Owners
 from .managed.protocol import Binding, TableStatus
@@ -44,6 +44,7 @@ from .snapshot import Snapshot
 from .storage import Storage
 from .timeline import HistoryEntry, Timeline, ict_version_at
 from .transaction import DEFAULT_MAX_ATTEMPTS, CommitResult, Transaction
+from .vacuum import VacuumResult, check_horizon, files_of, table_retention, vacuum
 from .writer import write_files
 
 if TYPE_CHECKING:
@@ -231,7 +232,25 @@ class DeltaTable:
         listing = self._listing()
         if timestamp_ms is not None:
             version = self._timeline(listing).version_at(timestamp_ms)
-        return Snapshot(self.storage, load_state(self.storage, listing, version))
+        state = load_state(self.storage, listing, version)
+        self._check_horizon(state, listing)
+        return Snapshot(self.storage, state)
+
+    def _check_horizon(self, state: TableState, listing: Listing) -> None:
+        """BeforeHorizon if vacuum may have deleted files `state` reads (vacuum.check_horizon)."""
+        latest = self._latest()
+        if state.version >= latest.version:
+            return
+        commit_ms: int | None
+        try:
+            commit_ms = self._timeline(listing).commit_time(state.version)
+        except FeedlogError:
+            commit_ms = None  # cannot be told: counts as old
+        now, retention = self.clock.now_ms(), table_retention(latest.metadata)
+        if commit_ms is not None and commit_ms >= now - retention:
+            return  # inside the window: whole by vacuum's rule (the set of live files is not needed)
+        live = set(files_of(latest.files.values()))
+        check_horizon(state.version, latest.version, commit_ms, files_of(state.files.values()), live, now, retention)
 
     def version(self) -> int:
         return self._latest().version
@@ -469,6 +488,34 @@ class DeltaTable:
     def cleanup(self, retain_ms: int | None = None) -> list[str]:
         return cleanup_log(self.storage, list_log(self.storage), self.clock.now_ms(), retain_ms)
 
+    def vacuum(
+        self, retain_ms: int | None = None, *, dry_run: bool = False, enforce_retention: bool = True
+    ) -> VacuumResult:
+        """Delete the files no version inside the retention needs (see vacuum.py): data files, deletion
+        vectors and `_change_data` files, unreferenced and older than `retain_ms` (default the table's
+        `delta.deletedFileRetentionDuration`; a shorter one only with `enforce_retention=False`).
+        Commits VACUUM START and END (a managed table's through its owner); `dry_run` only lists."""
+        state = self._latest(write=not dry_run)
+        listing = self._listing(write=not dry_run)
+
+        def reread(after: int) -> list[tuple[int, bytes]]:
+            now = self._listing(write=True)
+            return [(v, self.storage.read(now.commits[v].path)) for v in sorted(now.commits) if v > after]
+
+        return vacuum(
+            self.storage,
+            state,
+            listing,
+            self.clock.now_ms(),
+            retain_ms,
+            enforce_retention=enforce_retention,
+            dry_run=dry_run,
+            transaction=self.transaction,
+            commit=self.commit,
+            relist=lambda: self._listing(stat=True),
+            reread=reread,
+        )
+
     def info(self) -> dict[str, Any]:
         s = self.snapshot()
         return {
@@ -482,8 +529,24 @@ class DeltaTable:
             "files": len(s.state.files),
             "rows": s.num_records(),
             "in_commit_timestamp": s.in_commit_timestamp,
-            "backfilled_version": list_log(self.storage).latest,
+            "backfilled_version": (listing := list_log(self.storage)).latest,
             "commit_owner": None if (b := Binding.of(s.protocol, s.metadata)) is None else b.config,
+            "retention": self._retention(s, listing),
+        }
+
+    def _retention(self, s: Snapshot, listing: Listing) -> dict[str, Any]:
+        """When what the table drops is physically gone, as its properties set it (the deadlines of
+        "What feedlog forgets, and when" in the README): a row made a tombstone (TTL compaction, a
+        forget rewrite) leaves the data files once vacuum runs past `delta.deletedFileRetentionDuration`,
+        and the log's file stats (which hold keys) once cleanup runs past `delta.logRetentionDuration`
+        after a checkpoint; versions older than the horizon are refused to time travel."""
+        files_ms = table_retention(s.metadata)
+        log_ms = log_retention(s.metadata.configuration)
+        return {
+            "deleted_file_retention_ms": files_ms,
+            "log_retention_ms": log_ms,
+            "time_travel_horizon_ms": self.clock.now_ms() - files_ms,
+            "oldest_version": listing.earliest,
         }
 
 

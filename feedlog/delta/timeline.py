@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from ..errors import Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable
+from ..errors import BeforeRetainedHistory, Corruption, FeedlogError, InvalidArgument, NotFound, Unavailable
 from .actions import CommitInfo, decode_commit, to_json
 from .committer import commit_path
 from .log import FIRST_CHUNK, Listing, decoded_commit, next_chunk, read_commit
@@ -167,11 +167,21 @@ class Timeline:
         try:
             return last_at_or_before(lo, hi, time_of, timestamp_ms)
         except NotFound:
-            if gap is None or lo > earliest:
+            if lo > earliest:
                 raise
-            raise Corruption(
-                f"{iso(timestamp_ms)} is before version {lo}, and commit {gap} is missing from the log: "
-                f"the version current then cannot be told (versions {lo} to {hi} can)"
+            if gap is not None and any(v < gap for v in self.listing.commits):
+                # a hole in the log with commits on both sides: not a cleanup (it removes a prefix)
+                raise Corruption(
+                    f"{iso(timestamp_ms)} is before version {lo}, and commit {gap} is missing from the log: "
+                    f"the version current then cannot be told (versions {lo} to {hi} can)"
+                ) from None
+            if 0 in self.listing.commits and gap is None:
+                raise  # the whole log is there: nothing was committed yet at that time
+            # a cleaned-up log (commits before the oldest retained one deleted on purpose) is not corrupt
+            raise BeforeRetainedHistory(
+                f"{iso(timestamp_ms)} is before the table's retained history (before the earliest available "
+                f"commit, version {lo} at {iso(time_of(lo))}): the commits before it were cleaned up, so the "
+                "version current then cannot be told"
             ) from None
 
 

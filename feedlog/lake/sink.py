@@ -68,6 +68,7 @@ from ..delta.schema import conform
 from ..delta.transaction import CommitResult
 from ..delta.writer import WriteOptions, write_files
 from ..errors import AlreadyExists, Conflict, FeedlogError, InvalidArgument
+from .forget import Forget, after_commit, forget_rows
 from .spark_errors import marked
 
 FORMAT = "feedlog-delta"
@@ -99,10 +100,18 @@ class FeedRange:
     last: int
     rows: int
     signed: dict[str, Any] | None = None
+    #: (key, seq) of the forget entries among the rows (issue 37: the commit's forget rewrite applies them)
+    forgets: list[tuple[str, int]] = field(default_factory=list)
 
     def merge(self, other: FeedRange) -> FeedRange:
         signed = max((s for s in (self.signed, other.signed) if s), key=lambda s: s["length"], default=None)
-        return FeedRange(min(self.first, other.first), max(self.last, other.last), self.rows + other.rows, signed)
+        return FeedRange(
+            min(self.first, other.first),
+            max(self.last, other.last),
+            self.rows + other.rows,
+            signed,
+            self.forgets + other.forgets,
+        )
 
 
 @dataclass
@@ -130,6 +139,9 @@ def feed_ranges(data: pa.Table) -> dict[str, FeedRange]:
                     "tree_hash": s["tree_hash"].hex(),
                     "signature": s["signature"].hex(),
                 }
+    if "block" in data.column_names and "deleted" in data.column_names:
+        for f in forget_rows(data):
+            out[f.feed].forgets.append((f.key, f.seq))
     return out
 
 
@@ -399,9 +411,11 @@ class SinkConfig:
             raise
         if result.skipped:
             self._discard(adds)
+            _forget(table, ranges, self.clock)  # a rerun after a crash between the two commits finishes it
             return result
         failpoints.point("sink.committed")
         _maintain(table, result)
+        _forget(table, ranges, self.clock)
         return result
 
     def _discard(self, adds: Sequence[Add]) -> None:
@@ -451,6 +465,14 @@ def settle(table: DeltaTable, version: int) -> bool:
         warnings.warn(f"committed version {version}, but its backfill to _delta_log is pending: {e}", stacklevel=2)
         return False
     return True
+
+
+def _forget(table: DeltaTable, ranges: Mapping[str, FeedRange], clock: Clock) -> None:
+    """Tombstones for the rows the forget entries among `ranges` withdraw (lake/forget.py), in the
+    commit after the one that landed them."""
+    forgets = [Forget(feed, key, seq) for feed, r in ranges.items() for key, seq in r.forgets]
+    if forgets:
+        after_commit(table, forgets, clock)
 
 
 def _maintain(table: DeltaTable, result: CommitResult) -> None:

@@ -210,9 +210,9 @@ class Core:
         self.writable = writable
         self.fsync = fsync
         self.lock = threading.RLock()
-        #: one clear or fill at a time (taken before `lock`, never while holding it): they change
-        #: index entries below the length, and do their slow part without `lock`
-        self._maint = threading.Lock()
+        #: clears doing their slow part (fsyncs, zeroing) without `lock`; `close` waits for them (their fds)
+        self._clearing = 0
+        self._cleared = threading.Condition(self.lock)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._fds: dict[str, int] = {}
         try:
@@ -245,6 +245,9 @@ class Core:
         self._tree_map: mmap.mmap | bytes = b""
         self._log_map: mmap.mmap | bytes = b""
         self._mapped_at = -1  # the log's end when the maps were made
+        #: `(start, blocks) -> seqs` run by `_commit` once a batch is verified, before it is stored: the
+        #: seqs among the new blocks to store as cleared (a `Feed` honours forget entries here, issue 37)
+        self.before_commit: Callable[[int, Sequence[bytes | None]], Sequence[int]] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -361,7 +364,8 @@ class Core:
         return core
 
     def close(self) -> None:
-        with self._maint, self.lock:  # after a running clear or fill: its fds must not be closed under it
+        with self.lock:
+            self._cleared.wait_for(lambda: not self._clearing)  # a running clear's fds stay open until it ends
             if self._fds and self.writable and self._log_end > self._ckpt.log_offset:
                 self.checkpoint()
             self._close_fds()
@@ -543,6 +547,7 @@ class Core:
             raise InvalidArgument("cannot append an empty batch")
         sizes = folded.sizes
         held = leaves or []
+        hidden = self.before_commit(start, blocks) if self.before_commit is not None else ()
         parts, first, total = storage.encode_batch_parts(
             start, blocks, sizes, state.fork, state.tree_hash, state.signature, min_ts, max_ts, held
         )
@@ -550,6 +555,8 @@ class Core:
         # caches first, the log record last: a reader that sees the record finds its nodes
         self._write_nodes(folded, newest=True)
         index = storage.index_entries(off + first, sizes, [k for k, *_ in held], [k for k, _h, hole in held if hole])
+        if hidden:
+            index = _flag_cleared(index, start, hidden)
         os.pwrite(self._index, index, start * storage.INDEX_ENTRY.size)
         if os.pwritev(self._log, parts, off) != total:
             raise OSError(f"{self.path}: short write to the log")
@@ -565,8 +572,25 @@ class Core:
         self._roots = folded.roots
         self._state = state
         self._note_ts(min_ts, max_ts)
-        if self._log_end - self._ckpt.log_offset >= CHECKPOINT_BYTES:
+        if hidden:
+            self._zero_hidden(hidden)  # checkpoints first
+        elif self._log_end - self._ckpt.log_offset >= CHECKPOINT_BYTES:
             self.checkpoint()
+
+    def _zero_hidden(self, seqs: Sequence[int]) -> None:
+        """Zero the payloads of blocks the batch just stored flagged as cleared (`before_commit`).
+
+        Checkpointed first, as `clear` does: the batch's log record is never replayed, since its
+        zeroed blocks would no longer hash to its signature. A crash before the checkpoint replays
+        the record with the blocks unflagged: the `Feed` clears them again on open.
+        """
+        failpoints.point("core.forget_hidden")
+        self.checkpoint()
+        ranges = [self._entry(seq)[:2] for seq in sorted(set(seqs))]
+        for off, n in _coalesce(ranges):
+            os.pwrite(self._log, bytes(n), off)
+            _punch_hole(self._log, off, n)
+        os.fsync(self._log)
 
     def _note_ts(self, min_ts: int, max_ts: int) -> None:
         if min_ts and (not self.min_ts or min_ts < self.min_ts):
@@ -999,33 +1023,35 @@ class Core:
         The blocks' records are checkpointed first, so recovery never re-reads them.
         The feed's lock is held only to mark the blocks cleared in the index (one
         write of the range); the fsyncs and the zeroing follow without it, so appends
-        and reads go on meanwhile (issue 37: a peer compacts while it takes puts).
-        One clear or fill runs at a time (`_maint`), and `close` waits for it.
+        and reads go on meanwhile (issue 37: a peer compacts while it takes puts),
+        and `close` waits for them. Nothing else writes those bytes meanwhile: a
+        block marked here is no hole, so `fill` leaves it alone.
         """
-        with self._maint:
-            with self.lock:
-                if not self.writable:
-                    raise ReadOnly(f"{self.path}: opened read-only")
-                for seq in seqs:
-                    self._check_seq(seq)
-                if not seqs:
-                    return 0
-                if max(seqs) >= self._ckpt.length:
-                    self.checkpoint()
-                lo, hi = min(seqs), max(seqs) + 1
-                raw = bytearray(os.pread(self._index, (hi - lo) * _ENTRY_SIZE, lo * _ENTRY_SIZE))
-                if len(raw) != (hi - lo) * _ENTRY_SIZE:
-                    raise Corruption(f"{self.path}: index entries {lo}..{hi - 1} are missing")
-                todo = []
-                for seq in sorted(set(seqs)):
-                    off, n, flags = storage.INDEX_ENTRY.unpack_from(raw, (seq - lo) * _ENTRY_SIZE)
-                    if not flags & storage.CLEARED:
-                        todo.append((off, n))
-                        storage.INDEX_ENTRY.pack_into(raw, (seq - lo) * _ENTRY_SIZE, off, n, flags | storage.CLEARED)
-                if todo:  # the range back in one write: entries below the length change only under `_maint`
-                    os.pwrite(self._index, raw, lo * _ENTRY_SIZE)
+        with self.lock:
+            if not self.writable:
+                raise ReadOnly(f"{self.path}: opened read-only")
+            for seq in seqs:
+                self._check_seq(seq)
+            if not seqs:
+                return 0
+            if max(seqs) >= self._ckpt.length:
+                self.checkpoint()
+            lo, hi = min(seqs), max(seqs) + 1
+            raw = bytearray(os.pread(self._index, (hi - lo) * _ENTRY_SIZE, lo * _ENTRY_SIZE))
+            if len(raw) != (hi - lo) * _ENTRY_SIZE:
+                raise Corruption(f"{self.path}: index entries {lo}..{hi - 1} are missing")
+            todo = []
+            for seq in sorted(set(seqs)):
+                off, n, flags = storage.INDEX_ENTRY.unpack_from(raw, (seq - lo) * _ENTRY_SIZE)
+                if not flags & storage.CLEARED:
+                    todo.append((off, n))
+                    storage.INDEX_ENTRY.pack_into(raw, (seq - lo) * _ENTRY_SIZE, off, n, flags | storage.CLEARED)
             if not todo:
                 return 0
+            # the range back in one write, under the lock (entries below the length change only under it)
+            os.pwrite(self._index, raw, lo * _ENTRY_SIZE)
+            self._clearing += 1
+        try:
             # the cleared flags are durable before any payload is gone (data only: the sizes do not change)
             os.fdatasync(self._index)
             # adjacent payloads are zeroed as one range; record headers between batches stay intact
@@ -1033,7 +1059,11 @@ class Core:
                 os.pwrite(self._log, bytes(n), off)
                 _punch_hole(self._log, off, n)
             os.fdatasync(self._log)
-            return len(todo)
+        finally:
+            with self.lock:
+                self._clearing -= 1
+                self._cleared.notify_all()
+        return len(todo)
 
     def fill(self, seq: int, block: bytes, *, keep: bool = True) -> bool:
         """Put back the payload of hole `seq` (a block that came cleared, which another peer still
@@ -1048,7 +1078,7 @@ class Core:
         only checked, and the hole becomes an ordinary cleared block: no
         reason left to fetch it again.
         """
-        with self._maint, self.lock:
+        with self.lock:
             if not self.writable:
                 raise ReadOnly(f"{self.path}: opened read-only")
             self._check_seq(seq)
@@ -1174,6 +1204,16 @@ def _leaves_of(start: int, blocks: Sequence[bytes | None], leaves: Sequence[Node
         missing = next(k for k, b in enumerate(blocks) if b is None and k not in held)
         raise Corruption(f"block {start + missing} has neither bytes nor a leaf node")
     return held
+
+
+def _flag_cleared(index: bytes, start: int, seqs: Sequence[int]) -> bytes:
+    """INDEX_ENTRY records of blocks `start...` with the CLEARED flag set on `seqs`."""
+    out = bytearray(index)
+    for seq in seqs:
+        at = (seq - start) * _ENTRY_SIZE
+        off, n, flags = storage.INDEX_ENTRY.unpack_from(out, at)
+        storage.INDEX_ENTRY.pack_into(out, at, off, n, flags | storage.CLEARED)
+    return bytes(out)
 
 
 def _coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -24,7 +24,7 @@ from typing import Any
 from .. import failpoints
 from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument, NotFound
-from . import entries, retention, storage
+from . import entries, forgets, retention, storage
 from .core import (
     BLOCK_COST,
     FEED_FILES,
@@ -90,6 +90,10 @@ class Write:
     deleted: bool = False
     ttl_ms: int | None = None
     timestamps: TimestampPolicy | None = None
+    #: expire at exactly write time + TTL, even where the policy hides the write time (it then pins it)
+    exact_expiry: bool = False
+    #: withdraw `key` (issue 37): a deletion that clears every earlier entry of the key on every copy
+    forget: bool = False
 
     def weight(self) -> int:
         """An upper bound on what this entry adds to a batch's weight (`core.MAX_BATCH_BYTES`):
@@ -185,6 +189,14 @@ class Feed:
         self._keys = KeyIndex(core, self._scan_keys)
         #: holes filled since opened: a scheduler that skips ranges with nothing to expire looks again
         self.fills = 0
+        self._pending = forgets.PendingMark(core.path)
+        if core.writable:
+            core.before_commit = self._before_commit
+            try:
+                self._finish_forgets()
+            except BaseException:
+                self.close()
+                raise
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -324,12 +336,15 @@ class Feed:
         for w in writes:
             if not isinstance(w.key, str) or not w.key:
                 raise InvalidArgument("an entry needs a non-empty string key")
+            if w.forget and (w.value is not None or w.ttl_ms is not None):
+                raise InvalidArgument(f"a forget of key {w.key[:100]!r} takes no value and no TTL")
+            deleted = w.deleted or w.forget
             policy = w.timestamps or self.settings.timestamps
             ts = policy.apply(now)
             ttl = self.settings.ttl_ms if w.ttl_ms is None else _ttl(w.ttl_ms)
-            expires = policy.expiry(now, ts, ttl) if ttl and not w.deleted else None
+            expires = policy.expiry(now, ts, ttl, exact=w.exact_expiry) if ttl and not deleted else None
             block = entries.encode_entry(
-                self.content_type, w.key, w.value, deleted=w.deleted, timestamp=ts, expires_at=expires
+                self.content_type, w.key, w.value, deleted=deleted, timestamp=ts, expires_at=expires, forget=w.forget
             )
             if len(block) > MAX_BLOCK_BYTES:
                 raise InvalidArgument(
@@ -347,7 +362,13 @@ class Feed:
             start = self.core.length
             out = [Appended(start + n, ts, expires) for n, (ts, expires) in enumerate(stamps)]
             stamped = [ts for ts, _ in stamps if ts is not None]
-            self.core.append(blocks, min_ts=min(stamped, default=0), max_ts=max(stamped, default=0))
+            ok = False
+            try:
+                self.core.append(blocks, min_ts=min(stamped, default=0), max_ts=max(stamped, default=0))
+                failpoints.point("forget.applied")
+                ok = True
+            finally:
+                self._forgets_done(ok)
             self._keys.added(start, [w.key for w in writes])
             return out
 
@@ -409,6 +430,7 @@ class Feed:
         ranges = timestamp_ranges(content_type, start, every, [len(blocks) for blocks, _ in batches])
         stored = 0
         at = 0  # position of the batch in `every`
+        ok = False
         try:
             for i, ((blocks, state), (lo, hi)) in enumerate(zip(batches, ranges, strict=True)):
                 held = list(leaves[i]) if leaves is not None else []
@@ -431,9 +453,11 @@ class Feed:
                 if not stored:
                     self._stored(start, content_type)
                 stored += len(blocks)
+            ok = True
         finally:
             if sync and stored and self.core.fsync:  # one fsync for them all; on an error too, for those stored
                 self.core.sync()
+            self._forgets_done(ok)
         return stored
 
     def append_with_signature(
@@ -452,7 +476,12 @@ class Feed:
                     raise InvalidArgument(f"a feed starts with its header block: {e}") from None
             return entries.scan_blocks(content_type, expected_length, blocks, strict=True)
 
-        state = self.core.append_with_signature(expected_length, blocks, signature, fork=fork, inspect=inspect)
+        ok = False
+        try:
+            state = self.core.append_with_signature(expected_length, blocks, signature, fork=fork, inspect=inspect)
+            ok = True
+        finally:
+            self._forgets_done(ok)
         self._stored(start, content_type)
         return state
 
@@ -467,12 +496,66 @@ class Feed:
         *,
         ttl: int | str | None = None,
         timestamps: TimestampPolicy | str | None = None,
+        exact_expiry: bool = False,
     ) -> Appended:
-        return self.append([Write(key, value, False, _ttl(ttl), _policy(timestamps))])[0]
+        return self.append([Write(key, value, False, _ttl(ttl), _policy(timestamps), exact_expiry)])[0]
 
     def delete(self, key: str, *, timestamps: TimestampPolicy | str | None = None) -> Appended:
         """Append a timestamped tombstone for `key`."""
         return self.append([Write(key, None, True, None, _policy(timestamps))])[0]
+
+    def forget(self, key: str, *, timestamps: TimestampPolicy | str | None = None) -> Appended:
+        """Withdraw `key` (issue 37): append one signed forget entry, a deletion that tells every copy
+        to clear the payloads of all earlier entries of the key. Cleared here before this returns
+        (Merkle nodes stay, so the feed still verifies); `ReadOnly` on a feed we cannot sign."""
+        return self.append([Write(key, None, True, None, _policy(timestamps), forget=True)])[0]
+
+    # ---- forgetting (forgets.py) -------------------------------------------------------
+
+    def _before_commit(self, start: int, blocks: Sequence[bytes | None]) -> list[int]:
+        """`Core.before_commit`: a verified batch is about to be stored. Clear what its forget entries
+        withdraw among stored entries; return the seqs of the batch's own to store as cleared."""
+        try:
+            header = blocks[0] if start == 0 and blocks else None  # a cleared header is refused before
+            content_type = entries.decode_header(header) if header is not None else self.content_type
+        except Corruption:
+            return []  # a replica of a feed without a valid header holds data, not entries
+        found = entries.forgets_in(content_type, start, blocks)
+        if not found:
+            return []
+        self._pending.mark(start)
+        failpoints.point("forget.marked")
+
+        def batch(seq: int) -> Record | None:
+            block = blocks[seq - start]
+            if seq == 0 or block is None:
+                return None
+            r = entries.decode_record(content_type, seq, block)
+            return r if r.invalid is None else None
+
+        stored, inside = forgets.victims(found, self._entries_for, batch, start)
+        if stored:
+            self.core.clear(stored)
+        return inside
+
+    def _forgets_done(self, ok: bool) -> None:
+        """A path that stores batches is over (`ok`: every batch stored): its forgets were applied
+        inside `Core._commit`, so the mark goes. Under the core's lock: another thread's batch may be
+        between marking and clearing, and its mark must stay until that is done."""
+        with self.core.lock:
+            self._pending.done(ok)
+
+    def _finish_forgets(self) -> None:
+        """Apply the forget entries a killed process may have stored without clearing (forgets.py)."""
+        start = self._pending.load()
+        if start is None:
+            return
+        length = self.core.length
+        found = forgets.forgets_in_feed(self.content_type, self.core.get_range(max(start, 1), length))
+        stored, _ = forgets.victims(found, self._entries_for, lambda _seq: None, length)
+        if stored:
+            self.core.clear(stored)
+        self._pending.cleared()
 
     # ---- reads ----------------------------------------------------------------------
 
@@ -513,12 +596,18 @@ class Feed:
     def get(self, key: str) -> Record | None:
         """The latest live entry for `key`: None if never written, deleted, or expired."""
         r = next(self._entries_for(key), None)
-        if r is None or r.deleted or r.expired(self.clock.now_ms()):
+        if r is None or r.deleted or r.forget or r.expired(self.clock.now_ms()):
             return None
         return r
 
+    def forgotten(self, key: str) -> int | None:
+        """The seq of the forget entry that withdrew `key`, if its latest entry is one (else None)."""
+        r = next(self._entries_for(key), None)
+        return r.seq if r is not None and r.forget else None
+
     def history(self, key: str) -> list[Record]:
-        """Every entry ever written for `key`, oldest first (deletions and expired ones too)."""
+        """Every entry ever written for `key`, oldest first (deletions and expired ones too); entries
+        whose payloads were cleared (compaction, a forget entry: `Record.forget`) are not among them."""
         return sorted(self._entries_for(key), key=lambda r: r.seq)
 
     # ---- maintenance ----------------------------------------------------------------
@@ -532,16 +621,24 @@ class Feed:
         otherwise). A block `retention.keeps` refuses by our clock stays
         cleared (no longer a hole: we know now why it has no payload).
         """
-        filled = 0
+        filled: list[int] = []
         now = self.clock.now_ms()
         gone = set(retention.dropped(self.content_type, start, blocks, now))
         for k, block in enumerate(blocks):
-            if block is not None and start + k < self.length:
-                filled += self.core.fill(start + k, block, keep=k not in gone)
+            if block is not None and start + k < self.length and self.core.fill(start + k, block, keep=k not in gone):
+                filled.append(k)
         if filled:  # entries appeared below what the key index covers (and a compactor's schedule)
             self._keys.rebuild()
-            self.fills += filled
-        return filled
+            self.fills += len(filled)
+            # a forget entry a peer withheld as a hole withdraws its key's earlier entries once it is here
+            found = entries.forgets_in(
+                self.content_type, start, [blocks[k] if k in filled else None for k in range(len(blocks))]
+            )
+            if found:
+                stored, _ = forgets.victims(found, self._entries_for, lambda _seq: None, self.length)
+                if stored:
+                    self.core.clear(stored)
+        return len(filled)
 
     def compact_step(self, start: int, count: int, *, clear: bool = True) -> CompactStep:
         """Clear the payloads `retention.keeps` refuses among seqs [start, start + count), by this feed's
@@ -581,6 +678,10 @@ class Feed:
         for r in self.records():
             if r.cleared or r.invalid is not None:
                 continue  # an invalid block has no key or expiry to judge it by: it stays
+            if r.forget:
+                # a forget entry stays: a copy that has not stored it yet learns from it what to clear
+                latest.pop(r.key, None)
+                continue
             if not retention.keeps(r, now):
                 victims.add(r.seq)
             elif overwritten and r.key in latest:

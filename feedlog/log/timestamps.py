@@ -11,8 +11,9 @@ records one only as its policy allows:
     fuzz:<max>     uniform random error in [-max, +max] from a CSPRNG: hides
                    the precise moment while keeping a rough order
 
-Expiry times (TTL) go through the same policy, so `expires_at - ttl` never
-reveals more than the timestamp itself would.
+Expiry times (TTL) go through the same policy: `expires_at` is a function of the
+recorded timestamp (of the hour, under `off`) and the TTL alone, so it never reveals
+more than the timestamp itself would, and it is never earlier than write time + TTL.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 #: a policy with an amount, exactly as `TimestampPolicy.parse` takes it
 _POLICY = re.compile(r"^(truncate|fuzz):([0-9]+)(s|m|h|d)$")
 MAX_POLICY_MS = 36_525 * UNITS_MS["d"]  # a century
-#: with `off` an expiry is still needed for TTL; round it up this far so it does not pin the write time
-OFF_EXPIRY_GRANULARITY_MS = 60_000
+#: with `off` an expiry is still needed for TTL: it reveals the hour of the write, nothing finer
+OFF_EXPIRY_GRANULARITY_MS = 3_600_000
 
 
 def parse_duration(text: str) -> int:
@@ -109,16 +110,27 @@ class TimestampPolicy:
         err = secrets.randbelow(2 * self.amount_ms + 1) - self.amount_ms
         return max(0, now_ms + err)
 
-    def expiry(self, now_ms: int, stamped: int | None, ttl_ms: int) -> int:
-        """When a write made now with TTL `ttl_ms` expires, revealing no more than `stamped`."""
-        if self.kind == "exact":
+    def expiry(self, now_ms: int, stamped: int | None, ttl_ms: int, *, exact: bool = False) -> int:
+        """When a write made at `now_ms` with TTL `ttl_ms` expires: never before `now_ms + ttl_ms`,
+        and revealing no more than `stamped` (the timestamp this policy recorded) does.
+
+        The expiry is a function of what the timestamp already tells (the truncated unit, the
+        fuzzed value; under `off` the hour) and the TTL, so two writes the timestamps cannot tell
+        apart get the same expiry. `exact=True` (a put that needs a precise deadline) is
+        `now_ms + ttl_ms`: it pins the write time to the millisecond, whatever the policy.
+        """
+        if exact or self.kind == "exact":
             return now_ms + ttl_ms
         if self.kind == "fuzz":
+            # stamped >= now - amount (clamped at 0 only when now <= amount), so this is never early
             assert stamped is not None
-            return stamped + ttl_ms
+            return stamped + self.amount_ms + ttl_ms
         unit = self.amount_ms if self.kind == "truncate" else OFF_EXPIRY_GRANULARITY_MS
-        # round up: a TTL may run a little long, never short
-        end = now_ms + ttl_ms
+        # the write happened somewhere in [base, base + unit): take the latest such moment, then
+        # round up to the unit. Rounding (now + ttl) up instead would tell which part of the unit
+        # the write fell in whenever ttl is not a multiple of the unit.
+        base = now_ms - now_ms % unit
+        end = base + unit - 1 + ttl_ms
         return end + (-end) % unit
 
     def clock_floor(self, max_written: int) -> int:

@@ -93,7 +93,7 @@ class AppendResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[SignedState, _Mapping]] = ...) -> None: ...
 
 class Put(_message.Message):
-    __slots__ = ("key", "value", "deleted", "ttl_ms", "timestamps", "stat")
+    __slots__ = ("key", "value", "deleted", "ttl_ms", "timestamps", "stat", "forget", "exact_expiry")
     class StatEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -107,13 +107,17 @@ class Put(_message.Message):
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     STAT_FIELD_NUMBER: _ClassVar[int]
+    FORGET_FIELD_NUMBER: _ClassVar[int]
+    EXACT_EXPIRY_FIELD_NUMBER: _ClassVar[int]
     key: str
     value: bytes
     deleted: bool
     ttl_ms: int
     timestamps: str
     stat: _containers.ScalarMap[str, int]
-    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., deleted: _Optional[bool] = ..., ttl_ms: _Optional[int] = ..., timestamps: _Optional[str] = ..., stat: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    forget: bool
+    exact_expiry: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., deleted: _Optional[bool] = ..., ttl_ms: _Optional[int] = ..., timestamps: _Optional[str] = ..., stat: _Optional[_Mapping[str, int]] = ..., forget: _Optional[bool] = ..., exact_expiry: _Optional[bool] = ...) -> None: ...
 
 class PutRequest(_message.Message):
     __slots__ = ("feed", "entries")

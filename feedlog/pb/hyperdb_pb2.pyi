@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Entry(_message.Message):
-    __slots__ = ("key", "value", "deleted", "trie", "clock", "inflate", "timestamp", "expires_at")
+    __slots__ = ("key", "value", "deleted", "trie", "clock", "inflate", "timestamp", "expires_at", "forget")
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class Entry(_message.Message):
     INFLATE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    FORGET_FIELD_NUMBER: _ClassVar[int]
     key: str
     value: bytes
     deleted: bool
@@ -24,10 +25,11 @@ class Entry(_message.Message):
     inflate: int
     timestamp: int
     expires_at: int
-    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., deleted: _Optional[bool] = ..., trie: _Optional[bytes] = ..., clock: _Optional[_Iterable[int]] = ..., inflate: _Optional[int] = ..., timestamp: _Optional[int] = ..., expires_at: _Optional[int] = ...) -> None: ...
+    forget: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., deleted: _Optional[bool] = ..., trie: _Optional[bytes] = ..., clock: _Optional[_Iterable[int]] = ..., inflate: _Optional[int] = ..., timestamp: _Optional[int] = ..., expires_at: _Optional[int] = ..., forget: _Optional[bool] = ...) -> None: ...
 
 class InflatedEntry(_message.Message):
-    __slots__ = ("key", "value", "deleted", "trie", "clock", "inflate", "feeds", "contentFeed", "timestamp", "expires_at")
+    __slots__ = ("key", "value", "deleted", "trie", "clock", "inflate", "feeds", "contentFeed", "timestamp", "expires_at", "forget")
     class Feed(_message.Message):
         __slots__ = ("key",)
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +45,7 @@ class InflatedEntry(_message.Message):
     CONTENTFEED_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    FORGET_FIELD_NUMBER: _ClassVar[int]
     key: str
     value: bytes
     deleted: bool
@@ -53,7 +56,8 @@ class InflatedEntry(_message.Message):
     contentFeed: bytes
     timestamp: int
     expires_at: int
-    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., deleted: _Optional[bool] = ..., trie: _Optional[bytes] = ..., clock: _Optional[_Iterable[int]] = ..., inflate: _Optional[int] = ..., feeds: _Optional[_Iterable[_Union[InflatedEntry.Feed, _Mapping]]] = ..., contentFeed: _Optional[bytes] = ..., timestamp: _Optional[int] = ..., expires_at: _Optional[int] = ...) -> None: ...
+    forget: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., deleted: _Optional[bool] = ..., trie: _Optional[bytes] = ..., clock: _Optional[_Iterable[int]] = ..., inflate: _Optional[int] = ..., feeds: _Optional[_Iterable[_Union[InflatedEntry.Feed, _Mapping]]] = ..., contentFeed: _Optional[bytes] = ..., timestamp: _Optional[int] = ..., expires_at: _Optional[int] = ..., forget: _Optional[bool] = ...) -> None: ...
 
 class Header(_message.Message):
     __slots__ = ("protocol",)

@@ -122,7 +122,7 @@ def puts_pb(writes: Sequence[Write]) -> list[pb.Put]:
         try:
             if w.ttl_ms is not None and w.ttl_ms <= 0:
                 raise ValueError("a TTL must be greater than zero")
-            m = pb.Put(key=w.key, deleted=w.deleted, ttl_ms=w.ttl_ms or 0)
+            m = pb.Put(key=w.key, deleted=w.deleted, ttl_ms=w.ttl_ms or 0, exact_expiry=w.exact_expiry, forget=w.forget)
             if isinstance(w.value, bytes | bytearray):
                 m.value = bytes(w.value)
             elif w.value is not None:

@@ -127,7 +127,9 @@ def test_random_histories_replay_like_a_simple_model(ops):
     clock = ManualClock(T0)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t"
-        t = DeltaTable.create(path, SCHEMA, clock=clock)
+        # a day passes per step: a retention longer than the history keeps every version readable
+        keep = {"delta.deletedFileRetentionDuration": "interval 365 days"}
+        t = DeltaTable.create(path, SCHEMA, clock=clock, properties=keep)
         states: dict[int, list[int]] = {0: []}
         current: list[int] = []
         txn_done = -1

@@ -55,8 +55,9 @@ def reference_rows(root: Path, version: int, column: str) -> dict[str, list[tupl
 
 def assert_like_references(root: Path, versions: list[int], column: str = "seq", *, need: int = 1) -> int:
     """feedlog's rows at each version equal every reference reader's that reads it; returns how many
-    (version, reader) pairs voted, and fails unless at least `need` did (no vacuous pass)."""
-    table = DeltaTable.open(root)
+    (version, reader) pairs voted, and fails unless at least `need` did (no vacuous pass). Read with
+    a clock at the epoch, so that no version is past the time-travel horizon (vacuum.check_horizon)."""
+    table = DeltaTable.open(root, clock=ManualClock(0))
     votes = 0
     for v in versions:
         ours = sorted_rows(table.to_arrow(v), column)

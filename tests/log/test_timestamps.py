@@ -56,18 +56,39 @@ def test_fuzz_is_random_and_uses_the_whole_range() -> None:
 
 
 @given(NOW, st.integers(min_value=1, max_value=1 << 35))
-def test_expiry_never_reveals_more_than_the_timestamp(now: int, ttl: int) -> None:
-    exact = TimestampPolicy.parse("exact")
-    assert exact.expiry(now, now, ttl) == now + ttl
-    trunc = TimestampPolicy.parse("truncate:1m")
-    e = trunc.expiry(now, trunc.apply(now), ttl)
-    assert e >= now + ttl and e % 60_000 == 0  # never early, and only minute resolution
-    fuzz = TimestampPolicy.parse("fuzz:30s")
-    ts = fuzz.apply(now)
-    assert fuzz.expiry(now, ts, ttl) == (ts or 0) + ttl
+def test_expiry_is_never_early(now: int, ttl: int) -> None:
+    for text in ("exact", "truncate:1m", "truncate:7s", "truncate:1h", "fuzz:30s", "off"):
+        p = TimestampPolicy.parse(text)
+        for _ in range(3):  # fuzz: several draws
+            assert p.expiry(now, p.apply(now), ttl) >= now + ttl, text
     off = TimestampPolicy.parse("off")
-    e = off.expiry(now, None, ttl)
-    assert e >= now + ttl and e % 60_000 == 0
+    assert off.expiry(now, None, ttl, exact=True) == now + ttl  # asked for: precise, whatever the policy
+
+
+@given(NOW, st.integers(min_value=0, max_value=3_600_000 - 1), st.integers(min_value=1, max_value=1 << 35))
+def test_expiry_reveals_no_more_than_the_timestamp(now: int, shift: int, ttl: int) -> None:
+    # two writes that the recorded timestamps cannot tell apart get the same expiry (with the same TTL)
+    hour = 3_600_000
+    base = now - now % hour
+    other = base + shift  # another moment of the same hour
+    off = TimestampPolicy.parse("off")
+    assert off.expiry(now, None, ttl) == off.expiry(other, None, ttl)
+    assert off.expiry(now, None, ttl) % hour == 0  # and it is a whole hour
+    trunc = TimestampPolicy.parse("truncate:1h")
+    assert trunc.apply(now) == trunc.apply(other)
+    assert trunc.expiry(now, trunc.apply(now), ttl) == trunc.expiry(other, trunc.apply(other), ttl)
+    fuzz = TimestampPolicy.parse("fuzz:30s")
+    stamped = fuzz.apply(now)
+    assert fuzz.expiry(now, stamped, ttl) == fuzz.expiry(now + 7, stamped, ttl)  # depends on the stamp alone
+
+
+def test_off_expiry_hides_the_minute() -> None:
+    # the case: --timestamps off --ttl 7d used to round now + 7d up to the minute, revealing it
+    off = TimestampPolicy.parse("off")
+    week = 7 * 86_400_000
+    t = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000  # the top of an hour
+    expiries = {off.expiry(t + m * 60_000, None, week) for m in range(60)}
+    assert expiries == {t + 3_600_000 + week}
 
 
 def test_a_policy_stored_by_an_older_version_still_reads() -> None:

@@ -35,13 +35,15 @@ def test_clock_is_unpacked_and_required_fields_enforced() -> None:
         hyperdb_pb2.Entry(value=b"x").SerializeToString()
 
 
-def test_timestamp_and_expiry_use_fields_hyperdb_never_did() -> None:
-    used = {f.number for f in hyperdb_pb2.InflatedEntry.DESCRIPTOR.fields if f.name not in ("timestamp", "expires_at")}
+def test_timestamp_expiry_and_forget_use_fields_hyperdb_never_did() -> None:
+    ours = ("timestamp", "expires_at", "forget")
+    used = {f.number for f in hyperdb_pb2.InflatedEntry.DESCRIPTOR.fields if f.name not in ours}
     assert used == set(range(1, 9))
     for msg in (hyperdb_pb2.Entry, hyperdb_pb2.InflatedEntry):
         fields = msg.DESCRIPTOR.fields_by_name
         assert fields["timestamp"].number == 9 and fields["timestamp"].has_presence
         assert fields["expires_at"].number == 10
+        assert fields["forget"].number == 11 and fields["forget"].has_presence
 
 
 def test_entry_roundtrip_with_timestamp() -> None:

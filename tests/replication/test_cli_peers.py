@@ -98,7 +98,10 @@ def test_pull_from_another_peer_fills_the_holes_the_origin_left(
             == 0
         )
     assert run(capsys, "clone", f"grpc://{ahead.address}/{key}", str(tmp_path / "copy"))[0] == 0
-    assert run(capsys, "cat", str(tmp_path / "copy"))[1].splitlines()[0] == "1\t(cleared: its payload is not here)"
+    assert (
+        run(capsys, "cat", str(tmp_path / "copy"))[1].splitlines()[0]
+        == "1\t(cleared: expired, overwritten, forgotten, or withheld by a peer)"
+    )
     code, out, _ = run(capsys, "pull", str(tmp_path / "copy"))
     assert code == 0 and "1 hole left" in out
     code, out, _ = run(capsys, "pull", str(tmp_path / "copy"), "--peer", f"grpc://{now.address}")

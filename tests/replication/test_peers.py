@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from feedlog import rpc
+from feedlog.clock import SystemClock
 from feedlog.errors import (
     Corruption,
     InvalidArgument,
@@ -375,6 +376,19 @@ def test_put_errors_are_per_request(peers: Peers, clients: Clients) -> None:
     assert c.put(key, [Write("/k", b"x")])[0].seq == 1  # the refusals left no trace
     with pytest.raises(NotFound):
         c.put(KP.public_key, [Write("/k", b"x")])
+
+
+def test_a_peer_put_asks_for_an_exact_expiry(peers: Peers, clients: Clients) -> None:
+    a = peers("a")
+    c = clients(a)
+    key = c.create(timestamps="off").key
+    before = SystemClock().now_ms()
+    vague, exact = c.put(key, [Write("/v", b"x", ttl_ms=60_000), Write("/e", b"x", ttl_ms=60_000, exact_expiry=True)])
+    after = SystemClock().now_ms()
+    assert vague.timestamp is None and exact.timestamp is None
+    assert vague.expires_at is not None and vague.expires_at % 3_600_000 == 0  # the hour, nothing finer
+    assert vague.expires_at >= after + 60_000
+    assert exact.expires_at is not None and before + 60_000 <= exact.expires_at <= after + 60_000
 
 
 def test_a_feed_without_its_secret_key_refuses_puts(peers: Peers, clients: Clients) -> None:

@@ -1,0 +1,424 @@
+"""VACUUM: physically delete the files no retained version of a table needs (delta-spark's
+`VacuumCommand`, PROTOCOL.md "Add File and Remove File": a removed file stays until its tombstone
+expires after `delta.deletedFileRetentionDuration`), and the time-travel horizon it implies.
+
+What is kept (`referenced`): every file the latest version reads (adds and their deletion
+vectors), and every file named by an add, remove or cdc action (with its deletion vector) of a
+commit whose time is inside the retention window, plus the latest state's tombstones deleted
+inside the window (a checkpoint keeps those even where the commits are cleaned up). Every
+version committed inside the window therefore reads whole: any file it reads is either still
+live or was removed by a later commit, which is inside the window too (commit times increase).
+
+What is deleted (`plan`, pure): a listed file that nothing above names, that is not hidden (a
+name starting with `_` or `.`, except partition directories `col=value`, `_change_data` and
+`_delta_index`, as delta-spark skips them: `_delta_log/`, `_feedlog/`, in-flight `.tmp` files)
+and whose modification time is older than the cutoff (now - retention). The last rule is what
+keeps a running writer's uncommitted files: they are younger than the retention. A `--force`d
+retention shorter than a writer's longest transaction can delete its files (delta-spark warns of
+the same; delta#1470); the commits made while vacuum ran are read again before deleting, so an
+append that committed meanwhile is never touched.
+
+Commits: `VACUUM START` (operationParameters retentionCheckEnabled, defaultRetentionMillis,
+specifiedRetentionMillis; operationMetrics numFilesToDelete, sizeOfDataToDelete) before the first
+delete and `VACUUM END` (status COMPLETED or FAILED; numDeletedFiles, numVacuumedDirectories)
+after the last, empty commits through the table's own committer, so a managed table's go through
+its owner. A crash between them leaves a readable table (only unreferenced files were deleted)
+and a START without an END; running vacuum again finishes the job.
+
+Deliberate differences: delta-spark also deletes empty directories (feedlog leaves them: an object
+store has none, and a partition directory may be written again). delta-rs's full mode treats only
+the first path component as possibly hidden, so it deletes `p=a/.x` and `p=a/_tmp/y`, which
+delta-spark and feedlog keep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.parse
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import failpoints
+from ..errors import BeforeHorizon, Corruption, FeedlogError, InvalidArgument, NotFound
+from . import dv
+from .actions import DELETED_FILE_RETENTION, Add, Metadata, Remove
+from .log import Listing
+from .maintenance import check_maintainable, parse_interval
+from .replay import IctEnablement, TableState, ict_enablement
+from .storage import FileInfo, Storage, walk
+from .timeline import Timeline, iso
+from .transaction import CommitResult, Transaction
+
+DEFAULT_RETENTION_MS = 7 * 86_400_000
+#: directories under a hidden-looking name that hold table files all the same (delta-spark, delta-rs)
+_NOT_HIDDEN = ("_change_data", "_delta_index")
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    """What a vacuum deleted (or, dry run, would delete)."""
+
+    dry_run: bool
+    #: the deleted files (dry run: those that would be), relative to the table root, sorted
+    files: list[str]
+    #: their total size in bytes
+    size: int
+    #: directories walked
+    directories: int
+    retention_ms: int
+    #: files modified before this time (ms) and not referenced are deleted
+    cutoff_ms: int
+    #: the versions of the VACUUM START and END commits (None for a dry run)
+    start_version: int | None = None
+    end_version: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def table_retention(metadata: Metadata | None) -> int:
+    """`delta.deletedFileRetentionDuration` in ms (default 7 days)."""
+    raw = None if metadata is None else metadata.configuration.get(DELETED_FILE_RETENTION)
+    return DEFAULT_RETENTION_MS if raw is None else parse_interval(raw)
+
+
+def check_retention(retain_ms: int | None, table_ms: int, enforce: bool) -> int:
+    """The retention to use: `retain_ms` or the table's. A negative one is refused; one shorter than
+    the table's unless `enforce` is off (delta-spark's `retentionDurationCheck`)."""
+    if retain_ms is None:
+        return table_ms
+    if retain_ms < 0:
+        raise InvalidArgument(f"retention must not be negative, got {retain_ms} ms")
+    if enforce and retain_ms < table_ms:
+        raise InvalidArgument(
+            f"retention {_hours(retain_ms)} is shorter than the table's delta.deletedFileRetentionDuration "
+            f"({_hours(table_ms)}): a shorter one can delete files that readers of old versions and running "
+            "writers still need; give --force (DeltaTable.vacuum(enforce_retention=False)) if you are sure"
+        )
+    return retain_ms
+
+
+def _hours(ms: int) -> str:
+    return f"{ms / 3_600_000:g} hours"
+
+
+# the rule (pure)
+
+
+def hidden(path: str, partition_dirs: Sequence[str] = ()) -> bool:
+    """Whether `path` (relative to the table root) is under, or is, a hidden name: a component starting
+    with `_` or `.`, except `_change_data`, `_delta_index` and partition directories (`col=` prefixes)."""
+    for part in path.split("/"):
+        if part[:1] not in ("_", "."):
+            continue
+        if part.startswith(_NOT_HIDDEN) or any(part.startswith(d) for d in partition_dirs):
+            continue
+        return True
+    return False
+
+
+def plan(
+    files: Iterable[FileInfo], referenced: Container[str], cutoff_ms: int, partition_dirs: Sequence[str] = ()
+) -> Iterator[FileInfo]:
+    """The listed `files` to delete: not hidden, not `referenced` (decoded paths relative to the table
+    root), and modified before `cutoff_ms` (a file without a modification time is kept). Pure."""
+    for info in files:
+        if info.modified_ms is None or info.modified_ms >= cutoff_ms:
+            continue
+        if info.path in referenced or hidden(info.path, partition_dirs):
+            continue
+        yield info
+
+
+def relative(path: str, location: str) -> str | None:
+    """A log path (URL-encoded, relative or absolute) as a path relative to the table root, decoded as
+    listings name files; None for a file outside the table (never listed, so never deleted)."""
+    if "%" not in path and ":" not in path and not path.startswith("/"):
+        return path  # the usual relative path with nothing encoded (one parse per live file adds up)
+    parts = urllib.parse.urlsplit(path)
+    if not parts.scheme or (len(parts.scheme) == 1 and not path.startswith(f"{parts.scheme}://")):
+        if path.startswith("/"):
+            root = location.rstrip("/") + "/"
+            decoded = urllib.parse.unquote(path)
+            return decoded[len(root) :] if decoded.startswith(root) else None
+        return urllib.parse.unquote(path)
+    decoded = urllib.parse.unquote(parts.path)
+    loc = urllib.parse.urlsplit(location)
+    if loc.scheme:
+        if loc.scheme.lower() != parts.scheme.lower() or loc.netloc != parts.netloc:
+            return None
+        root = urllib.parse.unquote(loc.path).rstrip("/") + "/"
+    elif parts.scheme.lower() == "file":
+        root = location.rstrip("/") + "/"
+    else:
+        return None
+    return decoded[len(root) :] if decoded.startswith(root) else None
+
+
+def _dv_path(raw: object) -> str | None:
+    """The file a `deletionVector` descriptor names (relative 'u', absolute 'p'), None if inline."""
+    if not isinstance(raw, Mapping):
+        return None
+    d = dv.Descriptor.from_json(raw)
+    if d.storage_type == "u":
+        return d.relative_path()
+    if d.storage_type == "p":
+        return d.path_or_inline_dv
+    return None
+
+
+def files_of(actions: Iterable[Add | Remove]) -> Iterator[str]:
+    """The files (log paths, not decoded) an add or remove reads: its data file and deletion vector."""
+    for a in actions:
+        yield a.path
+        if (p := _dv_path(a.extra.get("deletionVector"))) is not None:
+            yield p
+
+
+def commit_files(data: bytes, version: int) -> Iterator[str]:
+    """The files (log paths) named by the add, remove and cdc actions of one commit file, with their
+    deletion vectors. (Read here rather than through `decode_commit`, which drops cdc actions.)"""
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise Corruption(f"commit {version} line {lineno} is not JSON") from None
+        if not isinstance(obj, dict):
+            raise Corruption(f"commit {version} line {lineno} is not an action object")
+        for kind in ("add", "remove", "cdc"):
+            body = obj.get(kind)
+            if isinstance(body, dict) and isinstance(body.get("path"), str):
+                yield body["path"]
+                if (p := _dv_path(body.get("deletionVector"))) is not None:
+                    yield p
+
+
+def partition_dirs(metadata: Metadata) -> list[str]:
+    """The `name=` prefixes of the partition directories: by logical name, and by physical name under
+    column mapping (which names directories by it)."""
+    out = [f"{c}=" for c in metadata.partition_columns]
+    try:
+        schema = json.loads(metadata.schema_string) if metadata.schema_string else {}
+    except ValueError:
+        return out
+    for f in schema.get("fields", []) if isinstance(schema, dict) else []:
+        if isinstance(f, dict) and f.get("name") in metadata.partition_columns:
+            physical = (f.get("metadata") or {}).get("delta.columnMapping.physicalName")
+            if isinstance(physical, str):
+                out.append(f"{physical}=")
+    return out
+
+
+# the I/O edge
+
+
+@dataclass
+class Referenced:
+    """The decoded relative paths vacuum keeps, and how far back the window's commits were read."""
+
+    paths: set[str]
+    #: the oldest version whose commit was read as inside the window (None: none was)
+    oldest: int | None
+
+
+def referenced(
+    storage: Storage,
+    state: TableState,
+    listing: Listing,
+    enablement: IctEnablement | None,
+    file_time: Callable[[int], int],
+    cutoff_ms: int,
+) -> Referenced:
+    """Every file a version committed at or after `cutoff_ms` may read (module docstring): the live
+    files of `state` (the latest), its tombstones deleted since the cutoff, and every file the commits
+    since the cutoff name, read newest first until one older than the cutoff."""
+    where = storage.location
+    raw: set[str] = set(files_of(state.files.values()))
+    recent = [r for r in state.tombstones.values() if r.deletion_timestamp is None or r.deletion_timestamp >= cutoff_ms]
+    raw.update(files_of(recent))
+    oldest = None
+    for v in sorted((v for v in listing.commits if v <= state.version), reverse=True):
+        if enablement is None or v < enablement.version:  # a file time: known before reading the file
+            with contextlib.suppress(FeedlogError):
+                if file_time(v) < cutoff_ms:
+                    break
+        try:
+            data = storage.read(listing.commits[v].path)
+        except NotFound:
+            break  # cleaned up meanwhile: older commits are gone too; the tombstones stand for them
+        when = _commit_time(data, v, enablement, file_time)
+        if when is not None and when < cutoff_ms:
+            break
+        raw.update(commit_files(data, v))
+        oldest = v
+    paths = {p for p in (relative(r, where) for r in raw) if p is not None}
+    return Referenced(paths, oldest)
+
+
+def _commit_time(
+    data: bytes, version: int, enablement: IctEnablement | None, file_time: Callable[[int], int]
+) -> int | None:
+    """The commit's time (ICT from the enablement version on, else its file's); None if it cannot be
+    told (kept, then: only a time shows a commit is outside the window)."""
+    try:
+        if enablement is not None and version >= enablement.version:
+            for line in data.split(b"\n"):
+                if b"commitInfo" in line:
+                    info = json.loads(line).get("commitInfo")
+                    ict = info.get("inCommitTimestamp") if isinstance(info, dict) else None
+                    return ict if isinstance(ict, int) and not isinstance(ict, bool) else None
+            return None
+        return file_time(version)
+    except (ValueError, FeedlogError):
+        return None
+
+
+#: deletes in flight at once (a local unlink and an object store's DELETE both wait without the GIL)
+DELETE_PARALLEL = 8
+
+
+def delete_files(storage: Storage, doomed: Sequence[FileInfo]) -> int:
+    """Delete `doomed`, `DELETE_PARALLEL` at a time; the number deleted (all, or the first error is
+    raised). A fail point before each delete (crash tests)."""
+
+    def some(infos: Sequence[FileInfo]) -> None:
+        for info in infos:
+            failpoints.point("vacuum.delete")
+            storage.delete(info.path)
+
+    if len(doomed) < 2 * DELETE_PARALLEL:
+        some(doomed)
+        return len(doomed)
+    # one slice per thread (a future per file cost more than the unlink it waited for)
+    with ThreadPoolExecutor(DELETE_PARALLEL, thread_name_prefix="feedlog-vacuum") as pool:
+        for _ in pool.map(some, [doomed[i::DELETE_PARALLEL] for i in range(DELETE_PARALLEL)]):
+            pass
+    return len(doomed)
+
+
+def vacuum(
+    storage: Storage,
+    state: TableState,
+    listing: Listing,
+    now_ms: int,
+    retain_ms: int | None = None,
+    *,
+    enforce_retention: bool = True,
+    dry_run: bool = False,
+    transaction: Callable[[str], Transaction] | None = None,
+    commit: Callable[[Transaction], CommitResult] | None = None,
+    relist: Callable[[], Listing] | None = None,
+    reread: Callable[[int], Iterable[tuple[int, bytes]]] | None = None,
+) -> VacuumResult:
+    """Vacuum the table whose latest `state` and log `listing` (with ratified commits) are given.
+
+    `transaction(operation)` starts a commit on the latest state and `commit(tx)` commits it (the
+    table's own committer: a managed table's owner); `reread(after)` gives the commits after a version
+    (raw), read again after VACUUM START so that a commit made meanwhile keeps its files. A dry run
+    decides and deletes nothing, and commits nothing."""
+    assert state.protocol is not None and state.metadata is not None
+    # Refused by name on a table with a writer feature feedlog does not support: vacuum must know
+    # every feature that can reference a file. `vacuumProtocolCheck` (a reader-writer feature) asks
+    # exactly this of vacuum, to check the writer protocol first: here it is checked always.
+    check_maintainable(state.protocol, state.metadata, "vacuum")
+    table_ms = table_retention(state.metadata)
+    retention = check_retention(retain_ms, table_ms, enforce_retention)
+    cutoff = now_ms - retention
+    enablement = ict_enablement(state.protocol, state.metadata)
+    timeline = Timeline(storage, listing, enablement, relist)
+    keep = referenced(storage, state, listing, enablement, timeline.file_time, cutoff)
+    dirs = partition_dirs(state.metadata)
+    walked: set[str] = set()
+
+    def prune(directory: str) -> bool:
+        if hidden(directory.rsplit("/", 1)[-1], dirs):
+            return True
+        walked.add(directory)
+        return False
+
+    doomed = list(plan(walk(storage, prune), keep.paths, cutoff, dirs))
+    doomed.sort()
+    size = sum(info.size or 0 for info in doomed)
+    n_dirs = len(walked) + 1  # the table root too
+    if dry_run:
+        return VacuumResult(True, [i.path for i in doomed], size, n_dirs, retention, cutoff)
+    assert transaction is not None and commit is not None
+    start_tx = transaction("VACUUM START")
+    start_tx.operation_parameters = {
+        "retentionCheckEnabled": enforce_retention,
+        "defaultRetentionMillis": table_ms,
+        **({} if retain_ms is None else {"specifiedRetentionMillis": retain_ms}),
+    }
+    start_tx.info_extra = {"operationMetrics": {"numFilesToDelete": str(len(doomed)), "sizeOfDataToDelete": str(size)}}
+    started = commit(start_tx)
+    assert started.version is not None
+    failpoints.point("vacuum.started")
+    deleted = 0
+    try:
+        if reread is not None and started.version > state.version + 1:
+            # commits made while vacuum decided: what they name is referenced now, so it stays
+            meanwhile: set[str] = set()
+            for v, data in reread(state.version):
+                if v < started.version:
+                    meanwhile.update(p for p in (relative(r, storage.location) for r in commit_files(data, v)) if p)
+            doomed = [info for info in doomed if info.path not in meanwhile]
+        deleted = delete_files(storage, doomed)
+    except Exception:
+        with contextlib.suppress(FeedlogError):  # what the delete raised is what the caller must see
+            _end(transaction, commit, "FAILED", deleted, n_dirs)
+        raise
+    failpoints.point("vacuum.deleted")
+    ended = _end(transaction, commit, "COMPLETED", deleted, n_dirs)
+    files, size = [i.path for i in doomed], sum(i.size or 0 for i in doomed)
+    return VacuumResult(False, files, size, n_dirs, retention, cutoff, started.version, ended.version)
+
+
+def _end(
+    transaction: Callable[[str], Transaction],
+    commit: Callable[[Transaction], CommitResult],
+    status: str,
+    deleted: int,
+    directories: int,
+) -> CommitResult:
+    tx = transaction("VACUUM END")
+    tx.operation_parameters = {"status": status}
+    tx.info_extra = {"operationMetrics": {"numDeletedFiles": str(deleted), "numVacuumedDirectories": str(directories)}}
+    return commit(tx)
+
+
+# time travel at the horizon
+
+
+def check_horizon(
+    version: int,
+    latest: int,
+    commit_ms: int | None,
+    needed: Iterable[str],
+    live: Container[str],
+    now_ms: int,
+    retention_ms: int,
+) -> None:
+    """BeforeHorizon if `version` may have lost files to vacuum. Pure.
+
+    The rule (decided here, after delta-spark, which blocks time travel older than the deleted-file
+    retention): a version is before the horizon when its commit time is older than now - retention
+    (vacuum keeps every file of a younger version: see the module docstring), it is not the latest,
+    and it reads a file (`needed`: data files and deletion vectors) the latest version does not
+    (`live`): vacuum never deletes those, so such a version stays whole. A version whose time cannot
+    be told (`commit_ms` None) counts as old. The answer does not depend on whether vacuum has run,
+    so a version is refused whole, the same way before and after, never answered in part."""
+    horizon = now_ms - retention_ms
+    if version >= latest or (commit_ms is not None and commit_ms >= horizon):
+        return
+    if all(p in live for p in needed):
+        return
+    when = "an unknown time" if commit_ms is None else iso(commit_ms)
+    raise BeforeHorizon(
+        f"version {version} (committed {when}) is before the table's time-travel horizon {iso(horizon)} "
+        f"(now - delta.deletedFileRetentionDuration of {_hours(retention_ms)}): files it reads are no longer "
+        "part of the table and vacuum may have deleted them; read a version committed after the horizon",
+        horizon,
+    )
