@@ -170,3 +170,26 @@ def test_compact_step_clears_expired_payloads_in_bounded_steps(tmp_path: Path) -
         assert f.verify().cleared == 2 and f.core.holes(0, f.length, 10) == []
         assert f.compact_step(0, 100).cleared == 0  # already cleared
     assert not _log_holds(tmp_path / "src", SECRET)
+
+
+def test_a_filled_hole_that_is_a_forget_entry_withdraws_its_key(tmp_path: Path) -> None:
+    """A peer that withholds a forget entry (sends it cleared) leaves the key's old values on a copy
+    only until the hole is filled from another peer: then the forget is honoured there too."""
+    with Feed.create(tmp_path / "src", timestamps="exact", clock=ManualClock(T0)) as src:
+        src.put("/x", SECRET)
+        original = src.core.get(1)
+        src.forget("/x")
+        key, forget_leaf = src.key, src.core.leaf(2)
+        full = [original if s == 1 else src.core.get(s) for s in range(src.length)]
+        segs = _segments(src)
+    assert [(s.start, s.end) for s in segs] == [(0, 1), (1, 2), (2, 3)]
+    # what the withholding peer sends: the old value whole, the forget entry cleared
+    withheld = [segs[0], Segment(1, [original], [], segs[1].state), Segment(2, [None], [forget_leaf], segs[2].state)]
+    with Feed.create_replica(tmp_path / "copy", key, clock=ManualClock(T0)) as copy:
+        _store(copy, withheld)
+        got = copy.get("/x")
+        assert got is not None and got.value == SECRET and copy.core.holes(0, copy.length, 10) == [2]
+        assert copy.fill(0, full) == 1
+        assert copy.get("/x") is None and copy.forgotten("/x") == 2
+        assert [r.seq for r in copy.records() if r.cleared] == [1]
+    assert not _log_holds(tmp_path / "copy", SECRET)
