@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from . import entries
+from . import entries, merkle
 from .entries import Record
 
 
@@ -45,10 +45,19 @@ def keeps(record: Record, now_ms: int) -> bool:
 
 def _candidates(blocks: Sequence[bytes]) -> list[int]:
     """Positions of the blocks that may carry an expires_at (all that `keeps` may refuse)."""
-    from .entry_scan import expiry_candidates  # here: numpy costs every command's start
+    native = getattr(merkle._native, "expiry_shape", None)  # None: no C build, or one from before it had this
+    if native is None:  # numpy's (entry_scan loads pyarrow: ~60 MB a peer never needed to serve)
+        from .entry_scan import expiry_candidates
 
-    found: list[int] = expiry_candidates(blocks).nonzero()[0].tolist()
-    return found
+        found: list[int] = expiry_candidates(blocks).nonzero()[0].tolist()
+        return found
+    flags: bytes = native(blocks)
+    out = []
+    at = flags.find(1)
+    while at >= 0:
+        out.append(at)
+        at = flags.find(1, at + 1)
+    return out
 
 
 def dropped(content_type: str, start: int, blocks: Sequence[bytes | None], now_ms: int) -> list[int]:
