@@ -24,11 +24,14 @@ from pathlib import Path
 
 import grpc
 
+from feedlog.clock import Clock
 from feedlog.errors import InvalidArgument, Unavailable
 from feedlog.pb import feeds_pb2
 from feedlog.rpc import Address, Tls
 
 from .auth import DEFAULT_CREATE_RATE, DEFAULT_WRITE_RATE, Guard, Rate, generated_token, token_hashes
+from .compaction import DEFAULT_EVERY_S as DEFAULT_COMPACT_EVERY_S
+from .compaction import Compactor
 from .events import event
 from .flow import DEFAULT_IN_FLIGHT_BYTES, DEFAULT_STALL_SECONDS, InFlight
 from .follower import Follower
@@ -81,8 +84,15 @@ class PeerServer:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES,
         stall_seconds: float = DEFAULT_STALL_SECONDS,
+        compact_every: float = DEFAULT_COMPACT_EVERY_S,
+        clock: Clock | None = None,
     ) -> None:
         self.data = Path(data)
+        #: seconds between scheduled compactions of every hosted feed (0: none); `clock`: when entries
+        #: expire, for serving and compacting (issue 37), and the feeds' timestamps
+        self.compact_every = compact_every
+        self.clock = clock
+        self.compactor: Compactor | None = None
         self.listen = listen
         self.tls = tls
         self.follow = list(follow)
@@ -125,7 +135,9 @@ class PeerServer:
             write_rate=self.write_rate,
             create_rate=self.create_rate,
         )
-        self.host = FeedHost(self.data, accept_new=self.accept_new, fsync=self.fsync, max_feeds=self.max_feeds)
+        self.host = FeedHost(
+            self.data, accept_new=self.accept_new, fsync=self.fsync, max_feeds=self.max_feeds, clock=self.clock
+        )
         workers = self.max_streams + 32  # streams are capped at max_streams: unary calls always find a thread
         self.service = FeedsService(
             self.host,
@@ -150,6 +162,7 @@ class PeerServer:
             raise
         for address in self.follow:
             self.followers.append(Follower(self.host, address, tls=self.follow_tls).start())
+        self.compactor = Compactor(self.host, self.compact_every).start()
         event(
             "serving",
             address=self.address,
@@ -159,6 +172,7 @@ class PeerServer:
             write_auth=guard.how,
             accept_new=self.accept_new,
             following=[str(a) for a in self.follow],
+            compact_every=self.compact_every,
         )
         return self
 
@@ -169,6 +183,8 @@ class PeerServer:
         self.health.enter_graceful_shutdown()
         for f in self.followers:
             f.stop()
+        if self.compactor is not None:
+            self.compactor.stop()
         self.server.stop(grace).wait(grace + 5)
         self.host.close()  # commits queued puts, checkpoints every feed
         event("stopped", address=self.address)

@@ -19,7 +19,7 @@ from feedlog.errors import Corruption, FeedlogError, InvalidArgument, NotFound
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication import wire
 from feedlog.replication.client import FeedClient, Subscription
-from feedlog.replication.sync import check_remote, store_responses
+from feedlog.replication.sync import check_remote, fill_holes, store_responses
 from feedlog.rpc import Address, Tls
 
 from .events import event
@@ -89,7 +89,12 @@ class Follower:
                         hf = self._hosted(info)
                     # a peer whose signed tree differs at a length we hold is a fork, not "nothing new";
                     # the roots at our length let store_responses catch one further on (issue 13 item 10)
-                    check_remote(hf.feed, wire.state_of(info.state), peer)
+                    state = wire.state_of(info.state)
+                    check_remote(hf.feed, state, peer)
+                    # holes another upstream left (blocks it sent cleared) that this one may still serve
+                    filled = fill_holes(hf.feed, client, peer, state.length)
+                    if filled:
+                        event("follow_filled", peer=peer, feed=feed, holes=filled)
                     sub = client.subscribe(self.key, hf.feed.length, with_roots=True)
                     with self._lock:
                         self._sub = sub

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from feedlog.clock import Clock
 from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly, ResourceExhausted
 from feedlog.log import entries, merkle
 from feedlog.log.core import KEY_FILE, check_batch
@@ -64,9 +65,17 @@ class HostedFeed:
 
 class FeedHost:
     def __init__(
-        self, root: str | Path, *, accept_new: bool = False, fsync: bool = True, max_feeds: int = DEFAULT_MAX_FEEDS
+        self,
+        root: str | Path,
+        *,
+        accept_new: bool = False,
+        fsync: bool = True,
+        max_feeds: int = DEFAULT_MAX_FEEDS,
+        clock: Clock | None = None,
     ) -> None:
         self.root = Path(root)
+        #: every hosted feed's clock: its timestamps, and when its entries expire (retention, issue 37)
+        self.clock = clock
         self.accept_new = accept_new
         self.max_feeds = max_feeds  # a stranger's push creates a feed only while fewer are hosted
         self.fsync = fsync
@@ -80,7 +89,7 @@ class FeedHost:
             if d.name.startswith(".") or not (d / KEY_FILE).is_file():
                 continue
             try:
-                feed = Feed.open(d)
+                feed = Feed.open(d, clock=clock)
             except NotFound as e:  # e.g. an older version's interrupted create: nothing to serve
                 event("feed_skipped", path=str(d), reason=str(e))
                 continue
@@ -99,6 +108,10 @@ class FeedHost:
     def keys(self) -> list[bytes]:
         with self._lock:
             return list(self._feeds)
+
+    def feeds(self) -> list[HostedFeed]:
+        with self._lock:
+            return list(self._feeds.values())
 
     def get(self, key: bytes) -> HostedFeed:
         hf = self._feeds.get(key)
@@ -124,7 +137,12 @@ class FeedHost:
             if limit is not None and len(self._feeds) >= limit:
                 raise self._full()
             replica = Feed.create_replica(
-                self.root / key.hex(), key, fsync=self.fsync, timestamps=timestamps or None, ttl=ttl or None
+                self.root / key.hex(),
+                key,
+                fsync=self.fsync,
+                timestamps=timestamps or None,
+                ttl=ttl or None,
+                clock=self.clock,
             )
             hf = self._add(replica)
         event("feed_created", feed=key.hex(), owned=False)
@@ -185,6 +203,7 @@ class FeedHost:
             ttl=ttl or None,
             fsync=self.fsync,
             key_pair=kp,
+            clock=self.clock,
         )
         with self._lock:
             hf = self._add(feed)

@@ -11,6 +11,7 @@ import argparse
 import errno
 import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -79,7 +80,29 @@ def peer_arguments(p: argparse.ArgumentParser) -> None:
         default=1000,
         help="with --accept-new: unauthenticated pushes create no feed once this many are hosted (default 1000)",
     )
+    p.add_argument(
+        "--compact-every",
+        default="1m",
+        metavar="DURATION",
+        help="clear expired payloads of every hosted and followed feed this often (default 1m; 0: never). "
+        "Expired entries are never served either way; this bounds how long their bytes stay on disk",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
+
+
+def compact_every(text: str) -> float:
+    """`--compact-every` in seconds: a duration as `feedlog` writes them (30s, 1m, 1h), or 0 for never."""
+    from feedlog.log.timestamps import parse_duration
+
+    if re.fullmatch(r"0+(ms|s|m|h|d)?", text.strip()):
+        return 0.0
+    try:
+        ms = parse_duration(text)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"--compact-every {text!r}: {e}") from None
+    if ms <= 0:
+        raise InvalidArgument(f"--compact-every {text!r}: give a positive duration, or 0 to turn it off")
+    return ms / 1000
 
 
 def owner_arguments(p: argparse.ArgumentParser) -> None:
@@ -136,6 +159,7 @@ def serve_peer(ns: argparse.Namespace) -> None:
         if os.environ.get(TOKEN_ENV):
             tokens.append("sha256:" + token_hash(check_token(os.environ[TOKEN_ENV])).hex())
     write_rate, create_rate = Rate.parse(ns.write_rate), Rate.parse(ns.create_rate)
+    every = compact_every(ns.compact_every)
     if ns.max_streams_per_client is not None and ns.max_streams_per_client < 1:
         raise InvalidArgument(f"--max-streams-per-client must be >= 1, got {ns.max_streams_per_client}")
     follow = [Address.parse(u, need_feed=True) for u in ns.follow]
@@ -159,6 +183,7 @@ def serve_peer(ns: argparse.Namespace) -> None:
             max_streams_per_client=ns.max_streams_per_client,
             max_message_bytes=ns.max_message_bytes,
             max_feeds=ns.max_feeds,
+            compact_every=every,
         )
     )
 

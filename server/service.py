@@ -32,8 +32,9 @@ from feedlog.errors import (
     Unavailable,
     Unsupported,
 )
-from feedlog.log import merkle
-from feedlog.log.feed import Write
+from feedlog.log import merkle, retention
+from feedlog.log.core import Segment
+from feedlog.log.feed import Feed, Write
 from feedlog.log.timestamps import TimestampPolicy, format_duration
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.pb import feeds_pb2_grpc as pb_grpc
@@ -137,8 +138,13 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         )
 
     def _response(self, hf: HostedFeed, pos: int, end: int, budget: int, roots: bool) -> tuple[pb.ReadResponse, int]:
-        """The next message from `pos` (no segments if nothing is there), and where the one after starts."""
+        """The next message from `pos` (no segments if nothing is there), and where the one after starts.
+
+        A block whose payload `retention.keeps` refuses now (past its signed expiry) goes out as
+        cleared, its leaf node only, whether compaction cleared it here yet or not (issue 37).
+        """
         segs = hf.feed.core.segments(pos, end, budget, check=False)  # the reader verifies every block it stores
+        segs = withheld(hf.feed, segs)
         resp = pb.ReadResponse(segments=[wire.segment_pb(s) for s in segs])
         if roots and segs:
             resp.roots.extend(wire.node_pb(n) for n in merkle.nodes_for_roots(pos, hf.feed.core.node))
@@ -186,7 +192,11 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     @unary
     def Proof(self, request: pb.ProofRequest, context: grpc.ServicerContext) -> pb.ProofResponse:
-        return wire.proof_pb(self._find(request.feed).feed.core.proof(request.seq))
+        feed = self._find(request.feed).feed
+        proof = feed.core.proof(request.seq)
+        if retention.dropped(feed.content_type, proof.seq, [proof.block], feed.clock.now_ms()):
+            raise NotFound(f"block {proof.seq} has expired: this peer no longer serves its payload")
+        return wire.proof_pb(proof)
 
     @unary
     def Append(self, request: pb.AppendRequest, context: grpc.ServicerContext) -> pb.AppendResponse:
@@ -352,6 +362,26 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             after = yield from self._messages(hf, pos, length, budget, roots, context)
             roots = roots and after == pos
             pos = after
+
+
+def withheld(feed: Feed, segs: list[Segment]) -> list[Segment]:
+    """`segs` with the blocks whose payloads this copy no longer keeps (`retention.dropped`, by the
+    feed's clock) as cleared leaves: the same tree, so the reader still verifies the batch."""
+    if not segs:
+        return segs
+    now = feed.clock.now_ms()
+    out = []
+    for seg in segs:
+        gone = retention.dropped(feed.content_type, seg.start, seg.blocks, now)
+        if not gone:
+            out.append(seg)
+            continue
+        blocks = list(seg.blocks)
+        for k in gone:
+            blocks[k] = None
+        leaves = sorted([*seg.cleared, *(feed.core.node(2 * (seg.start + k)) for k in gone)])
+        out.append(Segment(seg.start, blocks, leaves, seg.state))
+    return out
 
 
 def put_weight(request: pb.PutRequest) -> int:

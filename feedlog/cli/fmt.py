@@ -115,7 +115,7 @@ def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Json]:
 
 def record_line(r: Record, now_ms: int) -> str:
     if r.cleared:
-        return f"{r.seq}\t(cleared: expired, overwritten or forgotten)"
+        return f"{r.seq}\t(cleared: expired, overwritten, forgotten, or withheld by a peer)"
     if r.invalid is not None:
         return f"{r.seq}\t(invalid: {r.invalid})\t0x{(r.block or b'').hex()}"
     if r.stat is not None:

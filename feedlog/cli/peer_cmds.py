@@ -91,14 +91,16 @@ def cmd_clone(ns: argparse.Namespace) -> int:
 def cmd_pull(ns: argparse.Namespace) -> int:
     with Progress("pull", enabled=progress_wanted(ns)) as progress:
         try:
-            done = pull(ns.path, tls=tls_of(ns), on_progress=_reporter(progress))
+            peer = Address.parse(ns.peer) if ns.peer else None
+            done = pull(ns.path, tls=tls_of(ns), on_progress=_reporter(progress), peer=peer)
         except KeyboardInterrupt:
             return _copy_interrupted(progress, ns.path)
-    emit(
-        ns,
-        {"fetched": done.blocks, "length": done.length},
-        f"fetched {plural(done.blocks, 'block')}; length {done.length:,}",
-    )
+    text = f"fetched {plural(done.blocks, 'block')}; length {done.length:,}"
+    if done.filled:
+        text += f"; filled {plural(done.filled, 'hole')}"
+    if done.holes:  # blocks that came cleared: a hole, not a value (issue 37)
+        text += f"; {plural(done.holes, 'hole')} left (blocks a peer sent cleared: pull --peer from another to fill)"
+    emit(ns, {"fetched": done.blocks, "length": done.length, "filled": done.filled, "holes": done.holes}, text)
     return 0
 
 
@@ -161,6 +163,11 @@ def register(sub: Subcommands) -> None:
 
     p = add("pull", cmd_pull, "fetch and verify new blocks from where the feed was cloned")
     p.add_argument("path")
+    p.add_argument(
+        "--peer",
+        metavar="grpc://HOST:PORT",
+        help="pull from this peer instead of the origin (also fills holes: blocks the origin sent cleared)",
+    )
     tls_args(p)
     progress_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")

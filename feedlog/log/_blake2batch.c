@@ -3,6 +3,7 @@
  *   `parent_hashes`), and the whole fold of a batch into the tree (`fold`: merkle.fold);
  * - `Core.get`'s read of a block from the maps of the index, tree and log (`mapped_block`);
  * - a replica's scan for writer timestamps (`writer_shape`: entry_scan's first tier).
+ * - retention's filter of blocks that may carry an expiry (`expiry_shape`: entry_scan.expiry_candidates).
  * Each has a Python reference (merkle, core, entry_scan) that runs where this module was not built,
  * and tests/log/test_blake2batch.py and test_entry_scan.py compare the two on random input.
  *
@@ -668,11 +669,12 @@ static const struct {
 
 /* Whether block[0..e) is an InflatedEntry laid out as encode_entry writes it (entry_scan._writer_shape
  * says which layout, and why every such block is a valid entry), and its timestamp if it has one. */
-static int writer_shape_one(const uint8_t *buf, Py_ssize_t e, int *has, uint64_t *ts) {
+static int writer_shape_one(const uint8_t *buf, Py_ssize_t e, int *has, uint64_t *ts, int *expires) {
     Py_ssize_t p = 0, key_at = 0;
     uint64_t key_len = 0;
     *has = 0;
     *ts = 0;
+    *expires = 0;
     for (size_t f = 0; f < sizeof WRITER_FIELDS / sizeof WRITER_FIELDS[0]; f++) {
         if (!(p < e && buf[p] == WRITER_FIELDS[f].tag)) {
             if (WRITER_FIELDS[f].required) return 0;
@@ -693,6 +695,7 @@ static int writer_shape_one(const uint8_t *buf, Py_ssize_t e, int *has, uint64_t
             *has = 1;
             *ts = val;
         }
+        if (WRITER_FIELDS[f].tag == 0x50) *expires = 1;
         p = after;
     }
     if (p != e) return 0;
@@ -715,14 +718,14 @@ static PyObject *py_writer_shape(PyObject *self, PyObject *arg) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *it = item(blocks, i);
         if (it == NULL) goto done;
-        int h, good;
+        int h, good, x;
         uint64_t t;
         if (PyBytes_Check(it)) {
-            good = writer_shape_one((const uint8_t *)PyBytes_AS_STRING(it), PyBytes_GET_SIZE(it), &h, &t);
+            good = writer_shape_one((const uint8_t *)PyBytes_AS_STRING(it), PyBytes_GET_SIZE(it), &h, &t, &x);
         } else {
             Py_buffer b;
             if (PyObject_GetBuffer(it, &b, PyBUF_SIMPLE) < 0) goto done;
-            good = writer_shape_one((const uint8_t *)b.buf, b.len, &h, &t);
+            good = writer_shape_one((const uint8_t *)b.buf, b.len, &h, &t, &x);
             PyBuffer_Release(&b);
         }
         okp[i] = (uint8_t)good;
@@ -738,6 +741,41 @@ done:
     return out;
 }
 
+/* expiry_shape(blocks) -> bytes: per block 1 if it may carry an expires_at (entry_scan.expiry_candidates: it
+ * has one, or it is not laid out as encode_entry writes it, so only a full parse can tell), else 0 */
+static PyObject *py_expiry_shape(PyObject *self, PyObject *arg) {
+    PyObject *blocks = frozen(arg);
+    if (blocks == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(blocks);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL) goto done;
+    uint8_t *op = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = item(blocks, i);
+        if (it == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        int h, good, x;
+        uint64_t t;
+        if (PyBytes_Check(it)) {
+            good = writer_shape_one((const uint8_t *)PyBytes_AS_STRING(it), PyBytes_GET_SIZE(it), &h, &t, &x);
+        } else {
+            Py_buffer b;
+            if (PyObject_GetBuffer(it, &b, PyBUF_SIMPLE) < 0) {
+                Py_CLEAR(out);
+                goto done;
+            }
+            good = writer_shape_one((const uint8_t *)b.buf, b.len, &h, &t, &x);
+            PyBuffer_Release(&b);
+        }
+        op[i] = (uint8_t)(!good || x);
+    }
+done:
+    Py_DECREF(blocks);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"blake2b_256", py_blake2b_256, METH_O, "BLAKE2b with a 32-byte digest, no key."},
     {"fold", py_fold, METH_VARARGS, "merkle.fold's nodes: (buf, outside, roots), nodes as (index, hash, size)."},
@@ -748,6 +786,8 @@ static PyMethodDef methods[] = {
      "BLAKE2b-256(0x01 || u64le(sizes[i]) || hashes[2i] || hashes[2i+1]) for each i < len(sizes)."},
     {"writer_shape", py_writer_shape, METH_O,
      "entry_scan._writer_shape of each block: (ok, has_timestamp, timestamps) as bytes."},
+    {"expiry_shape", py_expiry_shape, METH_O,
+     "entry_scan.expiry_candidates of each block: 1 if it may carry an expires_at, as bytes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,8 +23,9 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -188,6 +189,8 @@ class VerifyReport:
     byte_length: int
     cleared: int
     tree_hash: bytes
+    #: of the cleared blocks, those that came cleared from a peer (their payload may exist elsewhere)
+    holes: int = 0
 
 
 class Core:
@@ -207,6 +210,9 @@ class Core:
         self.writable = writable
         self.fsync = fsync
         self.lock = threading.RLock()
+        #: clears doing their slow part (fsyncs, zeroing) without `lock`; `close` waits for them (their fds)
+        self._clearing = 0
+        self._cleared = threading.Condition(self.lock)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         self._fds: dict[str, int] = {}
         try:
@@ -241,7 +247,7 @@ class Core:
         self._mapped_at = -1  # the log's end when the maps were made
         #: `(start, blocks) -> seqs` run by `_commit` once a batch is verified, before it is stored: the
         #: seqs among the new blocks to store as cleared (a `Feed` honours forget entries here, issue 37)
-        self.before_commit: Callable[[int, Sequence[bytes]], Sequence[int]] | None = None
+        self.before_commit: Callable[[int, Sequence[bytes | None]], Sequence[int]] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -359,6 +365,7 @@ class Core:
 
     def close(self) -> None:
         with self.lock:
+            self._cleared.wait_for(lambda: not self._clearing)  # a running clear's fds stay open until it ends
             if self._fds and self.writable and self._log_end > self._ckpt.log_offset:
                 self.checkpoint()
             self._close_fds()
@@ -416,29 +423,61 @@ class Core:
             return state
 
     def append_signed(
-        self, blocks: Sequence[bytes], state: TreeState, *, min_ts: int = 0, max_ts: int = 0, sync: bool = True
+        self,
+        blocks: Sequence[bytes | None],
+        state: TreeState,
+        *,
+        min_ts: int = 0,
+        max_ts: int = 0,
+        sync: bool = True,
+        leaves: Sequence[Node] = (),
+        holes: Collection[int] = (),
     ) -> None:
         """Append a batch signed elsewhere (replication): stored only if it verifies.
 
         `sync=False` leaves the fsync to a later `sync()` (a follower storing many batches at once).
+        `leaves`: the leaf nodes of the blocks that are None (a peer sent them cleared, or we do not
+        keep them): their hashes stand in for the blocks in the tree the signature is checked over, and
+        the blocks are stored CLEARED, with no payload (issue 37). `holes`: the seqs among them that
+        came cleared (flagged HOLE: another peer may still serve them, `fill`), rather than expired here.
         """
         with self.lock:
             start = self._state.length
             if state.length != start + len(blocks):
                 raise InvalidArgument(f"batch of {len(blocks)} at length {start} cannot reach length {state.length}")
-            sizes = check_batch(start, blocks)
+            held = _leaves_of(start, blocks, leaves) if leaves or None in blocks else None
+            if held is not None:
+                sizes = [held[k].size if b is None else len(b) for k, b in enumerate(blocks)]
+                check_batch(start, [b if b is not None else b"" for b in blocks])
+                if max(sizes) > MAX_BLOCK_BYTES:  # a cleared leaf larger than any block: no writer signed it
+                    raise InvalidArgument(f"a cleared block from {start} claims {max(sizes)} bytes")
+            else:
+                sizes = check_batch(start, cast(Sequence[bytes], blocks))
             if start and state.fork != self._state.fork:
                 # a fork number changes only with a truncation, which replication cannot verify (issue 13 item 10)
                 raise Fork(
                     f"a batch signed for fork {state.fork} cannot continue this copy at fork {self._state.fork}"
                     f" (length {start}, tree {self._state.tree_hash.hex()})"
                 )
-            folded = merkle.fold(self._roots, start, blocks, sizes)
+            if held is None:
+                folded = merkle.fold(self._roots, start, cast(Sequence[bytes], blocks), sizes)
+            else:
+                hashes = {k: n.hash for k, n in held.items()}
+                folded = merkle.fold_leaves(self._roots, start, blocks, sizes, hashes)
             if merkle.roots_hash(folded.roots) != state.tree_hash:
                 raise Corruption(f"blocks {start}..{state.length - 1} do not hash to the signed tree hash")
             if not self.verifier.verify(state.signature, state.signable()):
                 raise SignatureError(f"signature for length {state.length} does not verify with the feed key")
-            self._commit(start, blocks, folded, state, min_ts, max_ts, sync=sync)
+            self._commit(
+                start,
+                blocks,
+                folded,
+                state,
+                min_ts,
+                max_ts,
+                sync=sync,
+                leaves=None if held is None else [(k, h, start + k in holes) for k, h in sorted(hashes.items())],
+            )
 
     def append_with_signature(
         self,
@@ -492,32 +531,39 @@ class Core:
     def _commit(
         self,
         start: int,
-        blocks: Sequence[bytes],
+        blocks: Sequence[bytes | None],
         folded: merkle.Fold,
         state: TreeState,
         min_ts: int,
         max_ts: int,
         *,
         sync: bool = True,
+        leaves: list[tuple[int, bytes, bool]] | None = None,
     ) -> None:
+        """`leaves`: (position, leaf hash, hole) of the blocks stored cleared, in order."""
         if not self.writable:
             raise ReadOnly(f"{self.path}: opened read-only")
         if not blocks:
             raise InvalidArgument("cannot append an empty batch")
         sizes = folded.sizes
+        held = leaves or []
         hidden = self.before_commit(start, blocks) if self.before_commit is not None else ()
         parts, first, total = storage.encode_batch_parts(
-            start, blocks, sizes, state.fork, state.tree_hash, state.signature, min_ts, max_ts
+            start, blocks, sizes, state.fork, state.tree_hash, state.signature, min_ts, max_ts, held
         )
         off = self._log_end
         # caches first, the log record last: a reader that sees the record finds its nodes
         self._write_nodes(folded, newest=True)
-        index = storage.index_entries(off + first, sizes)
+        index = storage.index_entries(off + first, sizes, [k for k, *_ in held], [k for k, _h, hole in held if hole])
         if hidden:
             index = _flag_cleared(index, start, hidden)
         os.pwrite(self._index, index, start * storage.INDEX_ENTRY.size)
         if os.pwritev(self._log, parts, off) != total:
             raise OSError(f"{self.path}: short write to the log")
+        if held:  # the reserved zeros of the blocks stored cleared take no disk (best effort)
+            starts = list(accumulate(sizes, initial=off + first))
+            for k, *_ in held:
+                _punch_hole(self._log, starts[k], sizes[k])
         if self.fsync and sync:
             os.fdatasync(self._log)
         self._note_record(state.length, off)
@@ -632,17 +678,23 @@ class Core:
             rec = storage.decode_batch(buf, base)
             if rec is None or rec.start != self.length:
                 break  # a torn tail (or garbage): never served, truncated by a writer
-            blocks = [
+            blocks: list[bytes | None] = [
                 bytes(buf[o - base : o - base + n]) for o, n in zip(rec.block_offsets, rec.block_lengths, strict=True)
             ]
-            folded = merkle.fold(self._roots, rec.start, blocks)
+            if rec.leaves:  # holes: their leaf hashes stand in (storage.LEAF_ONLY)
+                for k in rec.leaves:
+                    blocks[k] = None
+                folded = merkle.fold_leaves(self._roots, rec.start, blocks, list(rec.block_lengths), rec.leaves)
+            else:
+                folded = merkle.fold(self._roots, rec.start, cast(list[bytes], blocks))
             roots = folded.roots
             state = TreeState(rec.length, rec.fork, rec.tree_hash, rec.signature)
             if merkle.roots_hash(roots) != rec.tree_hash or not self.verifier.verify(rec.signature, state.signable()):
                 raise Corruption(f"{self.path}: log record at offset {rec.offset} does not match its signature")
             if self.writable:
                 self._write_nodes(folded)
-                entries = storage.index_entries(rec.block_offsets[0], list(rec.block_lengths)) if blocks else b""
+                lengths = list(rec.block_lengths)
+                entries = storage.index_entries(rec.block_offsets[0], lengths, rec.leaves, rec.holes) if blocks else b""
                 os.pwrite(self._index, entries, rec.start * storage.INDEX_ENTRY.size)
             self._roots, self._state = roots, state
             self._note_record(rec.length, rec.offset)
@@ -938,6 +990,17 @@ class Core:
                     yield seq, block
                 k = j
 
+    def blocks(self, start: int, end: int) -> list[bytes | None]:
+        """Blocks [start, end) (None where cleared), read together and not hash-checked: for a
+        compaction judging which payloads to clear (issue 37), where `get_range`'s hashing was most
+        of the time a step holds the GIL (a reader that serves or keeps blocks checks them)."""
+
+        end = min(end, self.length)
+        if not 0 <= start < end:
+            return []
+        rows = self._index_rows(start, end)
+        return self._read_rows(start, rows, (rows["flags"] & storage.CLEARED) != 0, False)
+
     def leaf(self, seq: int) -> Node:
         self._check_seq(seq)
         return self.node(2 * seq)
@@ -946,7 +1009,10 @@ class Core:
         self._check_seq(seq)
         block = self.get(seq)
         if block is None:
-            raise NotFound(f"block {seq} was cleared by compaction; its proof needs the block")
+            raise NotFound(
+                f"block {seq} is cleared here (compacted, or a hole: it came cleared from a peer);"
+                " its proof needs the block"
+            )
         return merkle.build_proof(seq, block, self._state, self.node)
 
     # ---- maintenance ----------------------------------------------------------------
@@ -955,28 +1021,108 @@ class Core:
         """Drop the payloads of blocks (hypercore's `clear`); tree nodes stay, so proofs still verify.
 
         The blocks' records are checkpointed first, so recovery never re-reads them.
+        The feed's lock is held only to mark the blocks cleared in the index (one
+        write of the range); the fsyncs and the zeroing follow without it, so appends
+        and reads go on meanwhile (issue 37: a peer compacts while it takes puts),
+        and `close` waits for them. Nothing else writes those bytes meanwhile: a
+        block marked here is no hole, so `fill` leaves it alone.
         """
         with self.lock:
             if not self.writable:
                 raise ReadOnly(f"{self.path}: opened read-only")
             for seq in seqs:
                 self._check_seq(seq)
-            self.checkpoint()
+            if not seqs:
+                return 0
+            if max(seqs) >= self._ckpt.length:
+                self.checkpoint()
+            lo, hi = min(seqs), max(seqs) + 1
+            raw = bytearray(os.pread(self._index, (hi - lo) * _ENTRY_SIZE, lo * _ENTRY_SIZE))
+            if len(raw) != (hi - lo) * _ENTRY_SIZE:
+                raise Corruption(f"{self.path}: index entries {lo}..{hi - 1} are missing")
             todo = []
             for seq in sorted(set(seqs)):
-                off, n, flags = self._entry(seq)
+                off, n, flags = storage.INDEX_ENTRY.unpack_from(raw, (seq - lo) * _ENTRY_SIZE)
                 if not flags & storage.CLEARED:
-                    todo.append((seq, off, n, flags))
-            for seq, off, n, flags in todo:
-                entry = storage.INDEX_ENTRY.pack(off, n, flags | storage.CLEARED)
-                os.pwrite(self._index, entry, seq * storage.INDEX_ENTRY.size)
-            os.fsync(self._index)  # the cleared flags are durable before any payload is gone
+                    todo.append((off, n))
+                    storage.INDEX_ENTRY.pack_into(raw, (seq - lo) * _ENTRY_SIZE, off, n, flags | storage.CLEARED)
+            if not todo:
+                return 0
+            # the range back in one write, under the lock (entries below the length change only under it)
+            os.pwrite(self._index, raw, lo * _ENTRY_SIZE)
+            self._clearing += 1
+        try:
+            # the cleared flags are durable before any payload is gone (data only: the sizes do not change)
+            os.fdatasync(self._index)
             # adjacent payloads are zeroed as one range; record headers between batches stay intact
-            for off, n in _coalesce([(off, n) for _seq, off, n, _flags in todo]):
+            for off, n in _coalesce(todo):
                 os.pwrite(self._log, bytes(n), off)
                 _punch_hole(self._log, off, n)
-            os.fsync(self._log)
-            return len(todo)
+            os.fdatasync(self._log)
+        finally:
+            with self.lock:
+                self._clearing -= 1
+                self._cleared.notify_all()
+        return len(todo)
+
+    def fill(self, seq: int, block: bytes, *, keep: bool = True) -> bool:
+        """Put back the payload of hole `seq` (a block that came cleared, which another peer still
+        serves: issue 37). True if it was a hole and now holds `block`.
+
+        Safe from any source: the block must hash to the leaf the signed tree
+        already holds (Corruption otherwise: a peer can withhold a block, never
+        forge one). Written in place (a cleared block's bytes stay reserved in
+        the log), after a checkpoint so recovery never re-reads its record, and
+        made durable before the index says it is there. With `keep` False (its
+        payload is one this copy would not keep, e.g. expired) the block is
+        only checked, and the hole becomes an ordinary cleared block: no
+        reason left to fetch it again.
+        """
+        with self.lock:
+            if not self.writable:
+                raise ReadOnly(f"{self.path}: opened read-only")
+            self._check_seq(seq)
+            off, n, flags = self._entry(seq)
+            if not flags & storage.HOLE:
+                return False
+            node = self.node(2 * seq)
+            if len(block) != node.size or n != node.size or leaf_hash(block) != node.hash:
+                raise Corruption(f"block {seq} offered to fill a hole is not the block its author signed")
+            if seq >= self._ckpt.length:
+                self.checkpoint()
+            if keep:
+                os.pwrite(self._log, block, off)
+                os.fdatasync(self._log)
+                flags &= ~storage.CLEARED
+            flags &= ~storage.HOLE
+            os.pwrite(self._index, storage.INDEX_ENTRY.pack(off, n, flags), seq * _ENTRY_SIZE)
+            os.fsync(self._index)
+            return keep
+
+    def holes(self, start: int, end: int, limit: int) -> list[int]:
+        """Up to `limit` seqs in [start, end) that came cleared and were not filled since, in order."""
+        import numpy as np
+
+        out: list[int] = []
+        end = min(end, self.length)
+        for lo in range(max(start, 0), end, 1 << 16):
+            hi = min(lo + (1 << 16), end)
+            rows = self._index_rows(lo, hi)
+            out += (lo + np.flatnonzero(rows["flags"] & storage.HOLE)).tolist()[: limit - len(out)]
+            if len(out) >= limit:
+                break
+        return out
+
+    def hole_count(self, start: int, end: int) -> int:
+        """How many seqs in [start, end) are holes (see `holes`), reading only the index."""
+        import numpy as np
+
+        n = 0
+        end = min(end, self.length)
+        for lo in range(max(start, 0), end, 1 << 16):
+            rows = self._index_rows(lo, min(lo + (1 << 16), end))
+            n += int(np.count_nonzero(rows["flags"] & storage.HOLE))
+        return n
 
     def first_cleared(self, start: int, end: int) -> int | None:
         """The first seq in [start, end) whose payload compaction cleared, or None (reads only the index)."""
@@ -993,7 +1139,7 @@ class Core:
         `on_progress(n)`: blocks 0..n-1 re-hashed and matching the stored tree so far.
         """
         roots: list[Node] = []
-        cleared = 0
+        cleared = holes = 0
         chunk = 4096
         length = self.length
         for lo in range(0, length, chunk):
@@ -1003,6 +1149,7 @@ class Core:
                 if flags & storage.CLEARED:
                     # no payload left to hash: the stored leaf stands in, its parents are still checked
                     cleared += 1
+                    holes += bool(flags & storage.HOLE)
                     new.append(self.node(2 * (lo + k)))
                 else:
                     new.append(Node(2 * (lo + k), leaf_hash(os.pread(self._log, n, off)), n))
@@ -1018,7 +1165,7 @@ class Core:
             raise Corruption(f"{self.path}: blocks do not hash to the signed tree hash")
         if length and not self.verifier.verify(self._state.signature, self._state.signable()):
             raise SignatureError(f"{self.path}: signature for length {length} does not verify")
-        return VerifyReport(length, sum(r.size for r in roots), cleared, th)
+        return VerifyReport(length, sum(r.size for r in roots), cleared, th, holes)
 
 
 _FALLOC_FL_KEEP_SIZE = 0x01
@@ -1041,6 +1188,22 @@ def _punch_hole(fd: int, offset: int, length: int) -> None:
             ctypes.c_long(offset),
             ctypes.c_long(length),
         )
+
+
+def _leaves_of(start: int, blocks: Sequence[bytes | None], leaves: Sequence[Node]) -> dict[int, Node]:
+    """The leaf node of each None block of a batch from `start`, by position: exactly one each, and
+    none for a block that came with its bytes (a peer's cleared nodes are unauthenticated until the
+    batch verifies, so they are held to the batch's shape first)."""
+    held: dict[int, Node] = {}
+    for node in leaves:
+        k = node.index // 2 - start
+        if node.index % 2 or not 0 <= k < len(blocks) or blocks[k] is not None or k in held:
+            raise Corruption(f"cleared node {node.index} does not stand for a cleared block of {start}..")
+        held[k] = node
+    if len(held) != sum(b is None for b in blocks):
+        missing = next(k for k, b in enumerate(blocks) if b is None and k not in held)
+        raise Corruption(f"block {start + missing} has neither bytes nor a leaf node")
+    return held
 
 
 def _flag_cleared(index: bytes, start: int, seqs: Sequence[int]) -> bytes:

@@ -143,6 +143,48 @@ def _block_timestamps(content_type: str, start: int, blocks: Sequence[bytes | No
     return has, ts
 
 
+def expiry_candidates(blocks: Sequence[bytes]) -> np.ndarray:
+    """Which blocks may carry an `expires_at` (retention's filter: the others surely do not).
+
+    An entry laid out as `encode_entry` writes it (`_writer_shape`, in C where
+    built) has its fields in that order, so an `expires_at` (field 10, a varint)
+    is its last field if present: a block whose trailing varint is not preceded
+    by tag 0x50 has none. Every other block is a candidate (decoded by the caller).
+    """
+    if not blocks:
+        return np.zeros(0, bool)
+    native = getattr(_native, "expiry_shape", None)  # None: no C build, or one from before it had this
+    out: np.ndarray
+    if native is not None:
+        out = np.frombuffer(native(blocks), np.uint8) != 0
+        return out
+    buf, starts, ends = _laid_out(blocks)
+    ok = _writer_shape(buf, starts, ends)[0]
+    out = ~ok | (_trailing_varint_tag(buf, starts, ends) == EXPIRES_TAG)
+    return out
+
+
+def _trailing_varint_tag(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The byte before the varint ending each message buf[starts:ends] (-1: it ends in no varint)."""
+    n = len(ends)
+    tag = np.full(n, -1, np.int64)
+    last = ends - 1
+    open_ = (ends - starts >= 2) & (buf[np.maximum(last, 0)] < 0x80)  # a varint's last byte has no high bit
+    for d in range(1, MAX_VARINT_BYTES + 1):  # back over the varint's other bytes (high bit set)
+        p = last - d
+        live = open_ & (p >= starts)
+        b = buf[np.maximum(p, 0)]
+        hit = live & (b < 0x80)
+        tag[hit] = b[hit]
+        open_ &= ~hit & (p >= starts)
+    return tag
+
+
+#: InflatedEntry.expires_at's tag (field 10, varint), and the longest varint
+EXPIRES_TAG = 0x50
+MAX_VARINT_BYTES = 10
+
+
 def _laid_out(blocks: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The blocks joined (and padded: entry_columns.PAD) as one uint8 array, with each one's start and end."""
     sizes = np.fromiter(map(len, blocks), np.int64, len(blocks))

@@ -24,7 +24,7 @@ from typing import Any
 from .. import failpoints
 from ..clock import Clock, MonotonicClock, SystemClock
 from ..errors import Corruption, InvalidArgument, NotFound
-from . import entries, forgets, storage
+from . import entries, forgets, retention, storage
 from .core import (
     BLOCK_COST,
     FEED_FILES,
@@ -36,10 +36,10 @@ from .core import (
     check_batch,
     is_tmp,
 )
-from .crypto import KeyPair, discovery_key
+from .crypto import KeyPair, discovery_key, leaf_hash
 from .entries import ENTRY, Record
 from .keyindex import KeyIndex
-from .merkle import TreeState
+from .merkle import Node, TreeState
 from .timestamps import TimestampPolicy, format_duration, parse_duration
 
 SETTINGS_FILE = "feed.json"
@@ -116,6 +116,19 @@ class CompactReport:
     bytes_cleared: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompactStep:
+    """What one `Feed.compact_step` did: where the next starts, what it cleared, and when (ms) the
+    earliest entry it kept expires (None: none of them does), before which the range needs no step."""
+
+    end: int
+    cleared: int
+    bytes_cleared: int
+    next_expiry: int | None
+    #: with `clear=False`: the seqs the step would have cleared (bytes_cleared counts them)
+    victims: tuple[int, ...] = ()
+
+
 _INTERRUPTED = "an interrupted create left a key here but no header block"
 
 
@@ -174,6 +187,8 @@ class Feed:
         floor = settings.timestamps.clock_floor(core.max_ts) if core.can_sign else 0
         self.clock = MonotonicClock(clock or SystemClock(), floor)
         self._keys = KeyIndex(core, self._scan_keys)
+        #: holes filled since opened: a scheduler that skips ranges with nothing to expire looks again
+        self.fills = 0
         self._pending = forgets.PendingMark(core.path)
         if core.writable:
             core.before_commit = self._before_commit
@@ -253,8 +268,11 @@ class Feed:
         fsync: bool = True,
         timestamps: TimestampPolicy | str | None = None,
         ttl: int | str | None = None,
+        clock: Clock | None = None,
     ) -> Feed:
         """An empty copy of someone else's feed: no secret key, filled with batches they signed.
+
+        `clock`: when entries expire here (a replica keeps no expired payload, issue 37).
 
         `timestamps`/`ttl`: the writer's settings as the source reported them (a clone keeps
         them to show in `info`); without `timestamps` the replica reports none.
@@ -263,7 +281,7 @@ class Feed:
             raise InvalidArgument(f"a feed key is 32 bytes, got {len(key)}")
         if timestamps is None:
             core = Core.create(path, KeyPair(key, None), fsync=fsync)
-            return cls(core, FeedSettings(fsync=fsync), settings_known=False)
+            return cls(core, FeedSettings(fsync=fsync), clock, settings_known=False)
         policy = _policy(timestamps)
         assert policy is not None
         settings = FeedSettings(timestamps=policy, ttl_ms=_ttl(ttl), fsync=fsync)
@@ -273,7 +291,7 @@ class Feed:
                 core.path / SETTINGS_FILE, json.dumps(settings.to_json(), indent=1).encode(), sync_dir=False
             )
 
-        return cls(Core.create(path, KeyPair(key, None), fsync=fsync, init=init), settings)
+        return cls(Core.create(path, KeyPair(key, None), fsync=fsync, init=init), settings, clock)
 
     def close(self) -> None:
         try:
@@ -361,29 +379,77 @@ class Feed:
         """
         self._encode(writes, 0)
 
-    def store_signed(self, blocks: Sequence[bytes], state: TreeState, *, sync: bool = True) -> None:
-        """Store a batch its author signed (replication); refused unless it verifies."""
-        self.store_signed_many([(blocks, state)], sync=sync)
+    def store_signed(
+        self, blocks: Sequence[bytes | None], state: TreeState, *, sync: bool = True, leaves: Sequence[Node] = ()
+    ) -> None:
+        """Store a batch its author signed (replication); refused unless it verifies.
 
-    def store_signed_many(self, batches: Sequence[tuple[Sequence[bytes], TreeState]], *, sync: bool = True) -> int:
+        `leaves`: the leaf nodes of blocks that came cleared (None in `blocks`), stored as holes."""
+        self.store_signed_many([(blocks, state)], sync=sync, leaves=[leaves])
+
+    def store_signed_many(
+        self,
+        batches: Sequence[tuple[Sequence[bytes | None], TreeState]],
+        *,
+        sync: bool = True,
+        leaves: Sequence[Sequence[Node]] | None = None,
+    ) -> int:
         """`store_signed` for consecutive batches, their timestamps scanned as one (a replica's
         message holds many). Each is verified and stored in turn: one that fails raises, the
-        ones before it stay stored. Returns the blocks stored."""
+        ones before it stay stored. Returns the blocks stored.
+
+        `leaves[i]`: the leaf nodes of batch i's cleared blocks (None in its blocks). A block that
+        came with its bytes but whose payload `retention.keeps` refuses by our clock (expired) is
+        stored as a hole too: a replica never needs an expired payload (issue 37).
+        """
         from .entry_scan import timestamp_ranges  # here: numpy and pyarrow cost every command's start
 
         if not batches:
             return 0
         start = self.core.length
         first = batches[0][0]
-        content_type = entries.decode_header(first[0]) if start == 0 and first else self.content_type
-        every = [b for blocks, _ in batches for b in blocks] if len(batches) > 1 else first
+        if start == 0 and first:
+            if first[0] is None:
+                raise Corruption("block 0, the feed's header, came cleared: a copy cannot tell what the feed holds")
+            content_type = entries.decode_header(first[0])
+        else:
+            content_type = self.content_type
+        now = self.clock.now_ms()
+        every: Sequence[bytes | None] = [b for blocks, _ in batches for b in blocks] if len(batches) > 1 else first
+        # payloads we will not keep: out before anything is scanned or stored
+        gone = retention.dropped(content_type, start, every, now)
+        extra: dict[int, Node] = {}
+        if gone:
+            every = list(every)
+            for k in gone:
+                block = every[k]
+                assert block is not None
+                extra[k] = Node(2 * (start + k), leaf_hash(block), len(block))
+                every[k] = None
         # scan_blocks(strict=False) of each batch, all at once
         ranges = timestamp_ranges(content_type, start, every, [len(blocks) for blocks, _ in batches])
         stored = 0
+        at = 0  # position of the batch in `every`
         ok = False
         try:
-            for (blocks, state), (lo, hi) in zip(batches, ranges, strict=True):
-                self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=False)
+            for i, ((blocks, state), (lo, hi)) in enumerate(zip(batches, ranges, strict=True)):
+                held = list(leaves[i]) if leaves is not None else []
+                if extra or held:
+                    n = len(blocks)
+                    mine = [extra[k] for k in range(at, at + n) if k in extra] if extra else []
+                    blocks = every[at : at + n] if mine else blocks
+                    self.core.append_signed(
+                        blocks,
+                        state,
+                        min_ts=lo,
+                        max_ts=hi,
+                        sync=False,
+                        leaves=sorted([*held, *mine]),
+                        holes={n.index // 2 for n in held},
+                    )
+                else:
+                    self.core.append_signed(blocks, state, min_ts=lo, max_ts=hi, sync=False)
+                at += len(blocks)
                 if not stored:
                     self._stored(start, content_type)
                 stored += len(blocks)
@@ -446,11 +512,12 @@ class Feed:
 
     # ---- forgetting (forgets.py) -------------------------------------------------------
 
-    def _before_commit(self, start: int, blocks: Sequence[bytes]) -> list[int]:
+    def _before_commit(self, start: int, blocks: Sequence[bytes | None]) -> list[int]:
         """`Core.before_commit`: a verified batch is about to be stored. Clear what its forget entries
         withdraw among stored entries; return the seqs of the batch's own to store as cleared."""
         try:
-            content_type = entries.decode_header(blocks[0]) if start == 0 and blocks else self.content_type
+            header = blocks[0] if start == 0 and blocks else None  # a cleared header is refused before
+            content_type = entries.decode_header(header) if header is not None else self.content_type
         except Corruption:
             return []  # a replica of a feed without a valid header holds data, not entries
         found = entries.forgets_in(content_type, start, blocks)
@@ -545,6 +612,60 @@ class Feed:
 
     # ---- maintenance ----------------------------------------------------------------
 
+    def fill(self, start: int, blocks: Sequence[bytes | None]) -> int:
+        """Fill this copy's holes among seqs start... with the blocks another peer served (None: it
+        has none either); returns how many were filled.
+
+        Each block must hash to the leaf our signed tree holds (`Core.fill`: a
+        hostile peer can withhold a payload, never forge one; Corruption
+        otherwise). A block `retention.keeps` refuses by our clock stays
+        cleared (no longer a hole: we know now why it has no payload).
+        """
+        filled: list[int] = []
+        now = self.clock.now_ms()
+        gone = set(retention.dropped(self.content_type, start, blocks, now))
+        for k, block in enumerate(blocks):
+            if block is not None and start + k < self.length and self.core.fill(start + k, block, keep=k not in gone):
+                filled.append(k)
+        if filled:  # entries appeared below what the key index covers (and a compactor's schedule)
+            self._keys.rebuild()
+            self.fills += len(filled)
+            # a forget entry a peer withheld as a hole withdraws its key's earlier entries once it is here
+            found = entries.forgets_in(
+                self.content_type, start, [blocks[k] if k in filled else None for k in range(len(blocks))]
+            )
+            if found:
+                stored, _ = forgets.victims(found, self._entries_for, lambda _seq: None, self.length)
+                if stored:
+                    self.core.clear(stored)
+        return len(filled)
+
+    def compact_step(self, start: int, count: int, *, clear: bool = True) -> CompactStep:
+        """Clear the payloads `retention.keeps` refuses among seqs [start, start + count), by this feed's
+        clock: one bounded step of a peer's scheduled compaction (issue 37).
+
+        Reads without the feed's lock (blocks below the length never change but
+        for clearing, which this step re-checks under it in `Core.clear`), decodes
+        only blocks that may carry an expiry, and holds the lock only for the
+        clear itself, so puts and reads interleave with a compaction of any size.
+        With `clear` False the payloads are only found (`victims`), for a caller
+        that clears several steps' at once (`Core.clear` costs two fsyncs a call).
+        """
+        end = min(start + count, self.length)
+        first = max(start, 1)
+        if first >= end:
+            return CompactStep(max(end, start), 0, 0, None)
+        now = self.clock.now_ms()
+        blocks = self.core.blocks(first, end)
+        gone, soonest = retention.scan(self.content_type, first, blocks, now)
+        if not gone:
+            return CompactStep(end, 0, 0, soonest)
+        size = sum(len(blocks[k] or b"") for k in gone)
+        victims = [first + k for k in gone]
+        if not clear:
+            return CompactStep(end, 0, size, soonest, tuple(victims))
+        return CompactStep(end, self.core.clear(victims), size, soonest)
+
     def compact(self, *, overwritten: bool = False) -> CompactReport:
         """Clear payloads of expired entries (and of overwritten ones, if asked).
 
@@ -561,7 +682,7 @@ class Feed:
                 # a forget entry stays: a copy that has not stored it yet learns from it what to clear
                 latest.pop(r.key, None)
                 continue
-            if r.expired(now):
+            if not retention.keeps(r, now):
                 victims.add(r.seq)
             elif overwritten and r.key in latest:
                 victims.add(latest[r.key])

@@ -331,6 +331,15 @@ class KeyIndex:
                     yield seqs[q]
         yield from older
 
+    def rebuild(self) -> None:
+        """Forget what the index holds; the next lookup scans the log again. For entries that appear
+        below the covered length (a replica's hole filled, issue 37): rare, and runs are immutable."""
+        with self.core.lock:
+            self._loaded = True
+            self._reset()
+            if self.core.writable:
+                self._remove_files(keep=())
+
     def _discard(self) -> None:
         self._reset()
         self.rebuilt = True

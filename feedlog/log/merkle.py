@@ -186,14 +186,33 @@ def fold(roots: Sequence[Node], start: int, blocks: Sequence[bytes], sizes: list
         leaf_sizes = list(map(len, blocks)) if sizes is None else sizes
         buf, outside_nodes, root_nodes = _native.fold(roots, start, blocks, leaf_sizes)
         return Fold(2 * start, buf, list(map(Node._make, outside_nodes)), list(map(Node._make, root_nodes)), leaf_sizes)
-    n = len(blocks)
+    leaf_sizes = list(map(len, blocks)) if sizes is None else sizes
+    return _fold_hashes(roots, start, leaf_hashes(blocks, leaf_sizes), leaf_sizes)
+
+
+def fold_leaves(
+    roots: Sequence[Node], start: int, blocks: Sequence[bytes | None], sizes: list[int], leaves: dict[int, bytes]
+) -> Fold:
+    """`fold` of a batch some of whose blocks are known by their leaf only (None in `blocks`; `leaves`:
+    their hashes by position, `sizes` all the leaves' sizes): a replica storing blocks a peer sent
+    cleared (issue 37). The leaf hash stands in for the block, as in `Core.verify`."""
+    present = [(k, b) for k, b in enumerate(blocks) if b is not None]
+    hashed = leaf_hashes([b for _k, b in present], [sizes[k] for k, _b in present])
+    hashes = [leaves.get(k, b"") for k in range(len(blocks))]
+    for (k, _b), h in zip(present, hashed, strict=True):
+        hashes[k] = h
+    return _fold_hashes(roots, start, hashes, sizes)
+
+
+def _fold_hashes(roots: Sequence[Node], start: int, hashes: list[bytes], leaf_sizes: list[int]) -> Fold:
+    """`fold` from the leaves' hashes and sizes."""
+    n = len(hashes)
     lo = 2 * start
     width = 2 * n - 1 if n else 0
     kept = {flat_tree.depth(r.index): r for r in roots}  # old roots no new node joins
     outside: list[Node] = []
     new_roots: list[Node] = []
-    leaf_sizes = sizes = list(map(len, blocks)) if sizes is None else sizes
-    hashes = leaf_hashes(blocks, sizes)
+    sizes = leaf_sizes
     # (hash, size) of each node of the range, zero where the batch computes none
     fields: list[bytes | int] = [_ZERO_HASH, 0] * width
     fields[0::4], fields[1::4] = hashes, sizes  # the leaves, every other node of the range

@@ -5,7 +5,8 @@
                 once its record is durable.
     tree        flat-tree nodes, 40 bytes at offset 40*index (hash, u64le size)
     index       per seq, 16 bytes: u64le log offset of the block, u32le
-                length, u32le flags (bit 0: payload cleared by compaction)
+                length, u32le flags (bit 0: payload cleared by compaction,
+                or never received: a replica's hole)
     checkpoint  JSON: tree and index are durable up to `length`, the log is
                 valid up to `log_offset`; replaced atomically
 
@@ -23,8 +24,8 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from typing import cast
@@ -43,6 +44,18 @@ _CRC = struct.Struct("<I")
 NODE = struct.Struct("<32sQ")
 INDEX_ENTRY = struct.Struct("<QII")
 CLEARED = 1
+#: with CLEARED: the payload never reached this copy (a peer sent the block cleared, and a cleared block
+#: does not say why), so another peer may still fill it (`Core.fill`); without: cleared by our own rule
+HOLE = 2
+#: in a record's length word: the block came cleared (a replica stored its leaf node only, issue 37). Its
+#: `size` bytes in the payload are zeros, reserved so a later fill writes the block in place; its 32-byte
+#: leaf hash follows the payload, one per cleared block in order, before the CRC. Blocks are at most
+#: 8 MiB, so the bit was never set by a record without cleared blocks (an older reader refuses such a
+#: record as torn, as it must: it cannot know the leaf hash stands in for the block).
+LEAF_ONLY = 1 << 31
+#: with LEAF_ONLY: the block came cleared (a hole, index flag HOLE), rather than dropped here as expired
+LEAF_HOLE = 1 << 30
+_LENGTH_MASK = LEAF_HOLE - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +71,10 @@ class BatchRecord:
     block_offsets: tuple[int, ...]  # absolute log offsets of the blocks
     block_lengths: tuple[int, ...]
     end: int  # offset just past the record
+    #: the leaf hashes of the blocks stored cleared, by position in the batch
+    leaves: dict[int, bytes] = field(default_factory=dict)
+    #: positions among `leaves` that came cleared (holes)
+    holes: frozenset[int] = frozenset()
 
 
 def encode_batch(
@@ -75,18 +92,32 @@ def encode_batch(
 
 def encode_batch_parts(
     start: int,
-    blocks: Sequence[bytes],
+    blocks: Sequence[bytes | None],
     sizes: list[int],
     fork: int,
     tree_hash: bytes,
     signature: bytes,
     min_ts: int,
     max_ts: int,
+    leaves: Sequence[tuple[int, bytes, bool]] = (),
 ) -> tuple[list[bytes], int, int]:
-    """`encode_batch` as buffers for one `os.pwritev` (no copy of the whole record): (parts, first, total)."""
+    """`encode_batch` as buffers for one `os.pwritev` (no copy of the whole record): (parts, first, total).
+
+    `leaves`: (position, leaf hash, hole) of blocks stored cleared, in order (None in `blocks`; `sizes`
+    their leaf sizes): flagged `LEAF_ONLY` (and `LEAF_HOLE`), their bytes reserved as zeros, their
+    hashes after the payload.
+    """
     count = len(blocks)
-    lengths = _u32le(sizes)
-    payload = b"".join(blocks)
+    if leaves:
+        words = list(sizes)
+        for k, _h, hole in leaves:
+            words[k] |= LEAF_ONLY | (LEAF_HOLE if hole else 0)
+        lengths = _u32le(words)
+        payload = b"".join(bytes(n) if b is None else b for b, n in zip(blocks, sizes, strict=True))
+        payload += b"".join(h for _k, h, _hole in leaves)
+    else:
+        lengths = _u32le(sizes)
+        payload = b"".join(cast(Sequence[bytes], blocks))
     body_len = _HEAD.size - 8 + len(lengths) + len(payload)
     head = _HEAD.pack(MAGIC, body_len, start, count, fork, start + count, min_ts, max_ts, tree_hash, signature)
     crc = zlib.crc32(payload, zlib.crc32(lengths, zlib.crc32(head)))
@@ -101,12 +132,17 @@ def _u32le(values: list[int]) -> bytes:
     return words.tobytes()
 
 
-def index_entries(first: int, sizes: list[int]) -> bytes:
-    """INDEX_ENTRY records for consecutive blocks of `sizes` bytes, the first at log offset `first`."""
+def index_entries(first: int, sizes: list[int], cleared: Iterable[int] = (), holes: Iterable[int] = ()) -> bytes:
+    """INDEX_ENTRY records for consecutive blocks of `sizes` bytes, the first at log offset `first`
+    (`cleared`: positions flagged CLEARED; `holes`: those of them also flagged HOLE)."""
     n = len(sizes)
     words = array("Q", bytes(16 * n))
     words[0::2] = array("Q", accumulate(sizes[:-1], initial=first)) if n else array("Q")
     words[1::2] = array("Q", sizes)  # u32 length, then u32 flags 0: one little-endian u64
+    for k in cleared:
+        words[2 * k + 1] |= CLEARED << 32
+    for k in holes:
+        words[2 * k + 1] |= HOLE << 32
     if sys.byteorder != "little":
         words.byteswap()
     return words.tobytes()
@@ -144,14 +180,25 @@ def decode_batch(buf: bytes | memoryview, offset: int) -> BatchRecord | None:
     if zlib.crc32(buf[: total - _CRC.size]) != crc:
         return None
     lengths = struct.unpack_from(f"<{count}I", buf, _HEAD.size)
+    flagged = [k for k, n in enumerate(lengths) if n & LEAF_ONLY]
+    holes = frozenset(k for k in flagged if lengths[k] & LEAF_HOLE)
+    if flagged:
+        lengths = tuple(n & _LENGTH_MASK for n in lengths)
     offsets = []
     pos = offset + _HEAD.size + 4 * count
     for n in lengths:
         offsets.append(pos)
         pos += n
+    leaves: dict[int, bytes] = {}
+    for k in flagged:
+        at = pos - offset
+        leaves[k] = bytes(buf[at : at + 32])
+        pos += 32
     if pos != offset + total - _CRC.size:
         return None
-    return BatchRecord(offset, start, fork, length, min_ts, max_ts, th, sig, tuple(offsets), lengths, offset + total)
+    return BatchRecord(
+        offset, start, fork, length, min_ts, max_ts, th, sig, tuple(offsets), lengths, offset + total, leaves, holes
+    )
 
 
 def record_size(buf: bytes) -> int | None:

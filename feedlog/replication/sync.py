@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..clock import Clock
 from ..errors import Conflict, Corruption, FeedlogError, Fork, InvalidArgument, NotFound, SignatureError, Unavailable
 from ..log import merkle
 from ..log.feed import Feed
@@ -38,10 +39,19 @@ READ_AHEAD = 2
 SYNC_BYTES = 16 << 20
 
 
+#: holes a fill pass looks up at a time (`fill_holes`), and the widest run of blocks between two
+#: holes it reads rather than asking for each apart
+HOLE_LOOKUP = 4096
+HOLE_GAP = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Copied:
     blocks: int
     length: int
+    #: holes (blocks that came cleared) filled from the peer, and how many the copy still has
+    filled: int = 0
+    holes: int = 0
 
 
 def store_responses(
@@ -67,7 +77,8 @@ def store_responses(
     """
     stored = 0
     unsynced = 0  # bytes received since the last fsync
-    pending: list[bytes] = []
+    pending: list[bytes | None] = []
+    pending_leaves: list[Node] = []  # the leaf nodes of the cleared blocks in `pending`
     unsigned = Unsigned(max_unsigned_bytes(budget), source)
     it = iter(responses)
     try:
@@ -77,27 +88,32 @@ def store_responses(
                 if merkle.roots_hash(roots) != feed.core.state.tree_hash:
                     _fork_at(feed, roots, itertools.chain([resp], it), source, budget)
             # the message's signed batches, stored together (one timestamp scan: Feed.store_signed_many)
-            batches: list[tuple[list[bytes], TreeState]] = []
+            batches: list[tuple[list[bytes | None], TreeState]] = []
+            leaves: list[list[Node]] = []
             held = feed.length  # where `pending` starts
             for m in resp.segments:
                 expected = held + len(pending)
                 if m.start != expected:
                     raise Corruption(f"{source}: sent blocks from {m.start}, expected {expected}")
-                if m.cleared:
-                    raise Unavailable(
-                        f"{source}: blocks from {m.start} were cleared by compaction there; "
-                        "replicate from a peer that still holds them"
-                    )
                 unsigned.charge_pb(m)  # before touching the blocks: refuses a flood cheaply
                 unsynced += unsigned.last
-                pending.extend(m.blocks)
+                if m.cleared:  # blocks the peer holds (or serves) as their leaf only: stored as holes (issue 37)
+                    try:
+                        seg = wire.segment_of(m)
+                    except Corruption as e:
+                        raise Corruption(f"{source}: {e}") from None
+                    pending.extend(seg.blocks)
+                    pending_leaves.extend(seg.cleared)
+                else:
+                    pending.extend(m.blocks)
                 if m.HasField("state"):
                     batches.append((pending, wire.state_of(m.state)))
+                    leaves.append(pending_leaves)
                     held += len(pending)
-                    pending = []
+                    pending, pending_leaves = [], []
                     unsigned.signed()
             if batches:
-                stored += _store(feed, batches, source)
+                stored += _store(feed, batches, source, leaves)
             if batches and (on_stored is not None or unsynced >= SYNC_BYTES):
                 feed.core.sync()
                 unsynced = 0
@@ -115,11 +131,13 @@ def store_responses(
     return stored
 
 
-def _store(feed: Feed, batches: list[tuple[list[bytes], TreeState]], source: str) -> int:
+def _store(
+    feed: Feed, batches: list[tuple[list[bytes | None], TreeState]], source: str, leaves: list[list[Node]]
+) -> int:
     """Verify and store a message's signed batches in order; the first one refused stops it, named."""
     length = feed.length
     try:
-        return feed.store_signed_many(batches, sync=False)
+        return feed.store_signed_many(batches, sync=False, leaves=leaves if any(leaves) else None)
     except (Corruption, InvalidArgument) as e:  # e.g. a state whose length does not fit the blocks
         kind = Corruption if isinstance(e, InvalidArgument) else type(e)
         first, done = feed.length, length
@@ -154,6 +172,58 @@ def _fork_at(feed: Feed, roots: list[Node], responses: Iterator[pb.ReadResponse]
     raise Corruption(
         f"{source}: sent roots at length {length} that are not our tree ({theirs}, ours {ours}) and no signed batch"
     )
+
+
+def fill_holes(feed: Feed, client: FeedClient, source: str, length: int) -> int:
+    """Fill this copy's holes below `length` with the payloads `source` still serves; return how many.
+
+    A hole is a block a peer sent cleared (issue 37): a cleared block does not
+    say why, so a hostile upstream can withhold a payload this way, never forge
+    one. Any peer may fill it: each block must hash to the leaf our signed tree
+    holds (`Feed.fill`, Corruption naming `source` otherwise), and one our own
+    rule no longer keeps (expired here) stays cleared. Reads runs of holes, a
+    run's blocks in order and no further than the batch holding its last hole.
+    """
+    filled = 0
+    pos = 1
+    while pos < min(length, feed.length):
+        holes = feed.core.holes(pos, min(length, feed.length), HOLE_LOOKUP)
+        if not holes:
+            break
+        for lo, hi in _runs(holes, HOLE_GAP):
+            stop = feed.core.batch_end(hi - 1)  # the peer sends to the end of the batch holding hi - 1
+            at = lo
+            responses = client.read(feed.key, lo, hi)
+            try:
+                for resp in responses:
+                    for m in resp.segments:
+                        if m.start != at or at + len(m.blocks) > stop:
+                            raise Corruption(f"{source}: sent blocks from {m.start}, expected {at} (to {stop})")
+                        try:
+                            seg = wire.segment_of(m)
+                            filled += feed.fill(seg.start, seg.blocks)
+                        except Corruption as e:
+                            raise Corruption(f"{source}: {e}") from None
+                        at = seg.end
+                    if at >= stop:
+                        break
+            finally:
+                close = getattr(responses, "close", None)
+                if close is not None:
+                    close()
+        pos = holes[-1] + 1
+    return filled
+
+
+def _runs(seqs: list[int], gap: int) -> list[tuple[int, int]]:
+    """Sorted seqs as [lo, hi) ranges, joining two whose distance is at most `gap`."""
+    out: list[tuple[int, int]] = []
+    for s in seqs:
+        if out and s - out[-1][1] < gap:
+            out[-1] = (out[-1][0], s + 1)
+        else:
+            out.append((s, s + 1))
+    return out
 
 
 def check_remote(feed: Feed, state: TreeState, source: str) -> None:
@@ -237,13 +307,16 @@ def clone(
     *,
     tls: Tls | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    clock: Clock | None = None,
 ) -> Copied:
     """A verified copy of the feed at `address` in a new directory, remembering where it came from.
 
     Fails (and leaves no directory behind if nothing verified) unless the copy
     reaches the length and tree the peer advertised. The copy keeps the writer's
     timestamp policy and TTL as the peer reports them (`info` shows them; none if
-    the peer does not know them). `on_progress(received, total)`: blocks so far.
+    the peer does not know them). `on_progress(received, total)`: blocks so far. Blocks
+    the peer sends cleared are kept as holes (`pull --peer` fills them from another
+    peer); `clock`: when entries expire here (an expired payload is not stored).
     """
     key = address.key
     p = Path(path)
@@ -257,7 +330,7 @@ def clone(
         # should the create fail, closing the client ends the call
         responses = client.read(key, 0, state.length, with_roots=True, ahead=READ_AHEAD)
         before = set(os.listdir(p)) if p.is_dir() else None  # a directory of the user's (empty, or create refuses)
-        feed = _replica(p, key, info)
+        feed = _replica(p, key, info, clock)
         try:
             check_remote(feed, state, address.target)
             atomic_write(p / REMOTE_FILE, json.dumps({"url": str(address)}).encode())
@@ -280,12 +353,12 @@ def clone(
             feed.close()
 
 
-def _replica(path: Path, key: bytes, info: pb.FeedInfo) -> Feed:
+def _replica(path: Path, key: bytes, info: pb.FeedInfo, clock: Clock | None) -> Feed:
     """A new replica keeping the writer's settings the peer reported (unsigned, so only shown, never enforced)."""
     try:
-        return Feed.create_replica(path, key, timestamps=info.timestamps or None, ttl=info.ttl or None)
+        return Feed.create_replica(path, key, timestamps=info.timestamps or None, ttl=info.ttl or None, clock=clock)
     except InvalidArgument:  # a peer's malformed report is not worth refusing the (verified) copy for
-        return Feed.create_replica(path, key)
+        return Feed.create_replica(path, key, clock=clock)
 
 
 def _of_total(
@@ -297,23 +370,36 @@ def _of_total(
 
 
 def pull(
-    path: str | os.PathLike[str], *, tls: Tls | None = None, on_progress: Callable[[int, int], None] | None = None
+    path: str | os.PathLike[str],
+    *,
+    tls: Tls | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    peer: Address | None = None,
+    clock: Clock | None = None,
 ) -> Copied:
     """Fetch, verify and store what the feed's origin has beyond our length; a fork is an error, not a no-op.
 
-    `on_progress(received, total)`: blocks received so far, of those to fetch.
+    Then fill the copy's holes (blocks that came cleared) with what the peer
+    still serves (`fill_holes`). `peer`: pull from this peer instead of the
+    origin (the same feed, any peer that hosts it: the signature decides what
+    is kept). `on_progress(received, total)`: blocks received so far, of those to fetch. `clock`:
+    when entries expire here (an expired payload is neither stored nor filled, issue 37).
     """
     p = Path(path)
-    address = _remote(p)
-    with Feed.open(p) as feed, FeedClient(address.target, tls=tls) as client:
-        if feed.key != address.key:
-            raise Corruption(f"{p / REMOTE_FILE} names feed {address.feed}, but this is {feed.key.hex()}")
+    origin = _remote(p)
+    target = origin.target if peer is None else peer.target
+    if peer is not None and peer.feed is not None and peer.key != origin.key:
+        raise InvalidArgument(f"{peer} names another feed than this copy's ({origin.feed})")
+    with Feed.open(p, clock=clock) as feed, FeedClient(target, tls=tls) as client:
+        if feed.key != origin.key:
+            raise Corruption(f"{p / REMOTE_FILE} names feed {origin.feed}, but this is {feed.key.hex()}")
         state = wire.state_of(client.info(feed.key).state)
-        check_remote(feed, state, address.target)
-        if state.length <= feed.length:
-            return Copied(0, feed.length)
-        n = _fetch(feed, client, state, address.target, _of_total(on_progress, state.length, feed.length))
-        return Copied(n, feed.length)
+        check_remote(feed, state, target)
+        n = 0
+        if state.length > feed.length:
+            n = _fetch(feed, client, state, target, _of_total(on_progress, state.length, feed.length))
+        filled = fill_holes(feed, client, target, state.length)
+        return Copied(n, feed.length, filled, feed.core.hole_count(1, feed.length))
 
 
 def push(
@@ -344,9 +430,10 @@ def push(
         cleared = feed.core.first_cleared(remote, feed.length)
         if cleared is not None:
             raise InvalidArgument(
-                f"cannot push to {address.target}: block {cleared} was cleared here by `feedlog compact` and the "
-                f"peer holds {remote} of the {feed.length} blocks (a peer stores whole blocks only); nothing was "
-                f"sent. Push a feed before compacting it, or push from a copy that still holds block {cleared}"
+                f"cannot push to {address.target}: block {cleared} was cleared here (compacted, or it came "
+                f"cleared) and the peer holds {remote} of the {feed.length} blocks (a peer stores whole blocks "
+                f"only); nothing was sent. Push a feed before compacting it, or push from a copy that still "
+                f"holds block {cleared}"
             )
         failed: list[FeedlogError] = []
         sent: collections.deque[tuple[int, bytes]] = collections.deque()  # each request's (end, signature)

@@ -189,3 +189,46 @@ def test_the_compiled_writer_shape_reads_as_the_numpy_one(blocks: list[bytes]) -
     assert ok_c.tolist() == ok_n.tolist()
     assert has_c.tolist() == has_n.tolist()
     assert ts_c[has_c].tolist() == ts_n[has_n].tolist()
+
+
+def _carries_expiry(content_type: str, block: bytes) -> bool:
+    """The reference: upb's reading of the block has an expires_at."""
+    from feedlog.log.entries import decode_record
+
+    return decode_record(content_type, 1, block).expires_at is not None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([ENTRY, DRIVE_EVENT]), st.data())
+def test_expiry_candidates_miss_no_block_with_an_expiry(content_type: str, data: Any) -> None:
+    """Retention's filter (issue 37): every block upb finds an expires_at in is a candidate, in C and in
+    numpy alike, and a block as the writer lays it out without one is not (no decode for it)."""
+    blocks = data.draw(st.lists(entry_block(content_type), max_size=3 * MIN_COLUMNS))
+    got = entry_scan.expiry_candidates(blocks).tolist()
+    for b, cand in zip(blocks, got, strict=True):
+        if _carries_expiry(content_type, b):
+            assert cand
+    native = entry_scan._native
+    try:
+        entry_scan._native = None
+        assert entry_scan.expiry_candidates(blocks).tolist() == got
+    finally:
+        entry_scan._native = native
+    plain = [
+        encode_entry(
+            content_type,
+            "k",
+            b"v" if content_type == ENTRY else {"mode": 1},
+            deleted=False,
+            timestamp=t,
+            expires_at=None,
+        )
+        for t in (None, 0, 2**40, 1_795_934_833_732)
+    ]
+    expiring = [
+        encode_entry(
+            content_type, "k", b"P" if content_type == ENTRY else {"mode": 1}, deleted=False, timestamp=t, expires_at=e
+        )
+        for t, e in ((None, 0), (5, 2**63), (1_795_934_833_732, 1))
+    ]
+    assert entry_scan.expiry_candidates(plain + expiring).tolist() == [False] * 4 + [True] * 3

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from feedlog.cli import main
+from feedlog.clock import ManualClock, SystemClock
+from feedlog.log.feed import Feed
 from feedlog_server.app import PeerServer
 
 from .test_shutdown import free_port
@@ -35,7 +37,7 @@ def test_clone_then_pull_shows_the_same_signed_state(
     assert run(capsys, "put", feed, "/b", "2", "--json", *auth)[0] == 0
     assert run(capsys, "del", feed, "/a", *auth)[0] == 0
     code, out, _ = run(capsys, "pull", str(tmp_path / "copy"), "--json")
-    assert code == 0 and json.loads(out) == {"fetched": 2, "length": 4}
+    assert code == 0 and json.loads(out) == {"fetched": 2, "length": 4, "filled": 0, "holes": 0}
     remote = json.loads(run(capsys, "info", feed, "--json")[1])
     local = json.loads(run(capsys, "info", str(tmp_path / "copy"), "--json")[1])
     for field in ("key", "length", "tree_hash", "signature", "max_timestamp"):
@@ -68,6 +70,7 @@ def test_mistakes_are_one_line_with_the_right_exit_code(
         (["clone", f"grpc://{a.address}/{nobody}", str(tmp_path / "c")], 3),
         (["info", f"grpc://127.0.0.1:{free_port()}/{nobody}"], 8),  # nobody listening
         (["pull", str(tmp_path)], 3),
+        (["pull", str(tmp_path), "--peer", "grpc://nowhere"], 2),
         (["serve", "--data", str(tmp_path / "s"), "--tls-cert", "x.pem"], 2),
         (["tail", f"grpc://{a.address}/{nobody}", "--from", "-1"], 2),
     ]
@@ -76,3 +79,31 @@ def test_mistakes_are_one_line_with_the_right_exit_code(
         assert code == expected, (args, err)
         assert err.count("\n") == 1 and "Traceback" not in err, err
     assert not (tmp_path / "c").exists()
+
+
+def test_pull_from_another_peer_fills_the_holes_the_origin_left(
+    peers: Callable[..., PeerServer], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 37: a peer whose clock is two days ahead serves the hour-long entry cleared; a clone keeps it
+    as a hole (shown as such), and `pull --peer` from a peer that still serves it fills it."""
+    with Feed.create(tmp_path / "mine", timestamps="exact") as f:
+        f.put("/short", b"for an hour", ttl="1h")
+        f.put("/long", b"for ever")
+        key = f.key.hex()
+    ahead = peers("ahead", clock=ManualClock(SystemClock().now_ms() + 2 * 86_400_000))
+    now = peers("now")
+    for p in (ahead, now):
+        assert (
+            run(capsys, "push", str(tmp_path / "mine"), f"grpc://{p.address}", "--token-file", str(p.token_file))[0]
+            == 0
+        )
+    assert run(capsys, "clone", f"grpc://{ahead.address}/{key}", str(tmp_path / "copy"))[0] == 0
+    assert (
+        run(capsys, "cat", str(tmp_path / "copy"))[1].splitlines()[0]
+        == "1\t(cleared: expired, overwritten, forgotten, or withheld by a peer)"
+    )
+    code, out, _ = run(capsys, "pull", str(tmp_path / "copy"))
+    assert code == 0 and "1 hole left" in out
+    code, out, _ = run(capsys, "pull", str(tmp_path / "copy"), "--peer", f"grpc://{now.address}")
+    assert code == 0 and out.strip() == "fetched 0 blocks; length 3; filled 1 hole"
+    assert run(capsys, "get", str(tmp_path / "copy"), "/short")[1].strip() == "for an hour"

@@ -46,6 +46,8 @@ def test_the_server_entry_point_loads_no_cli_and_answers_mistakes_in_one_line(tm
     )
     for args, code, needle in (
         (["--data", str(tmp_path / "d"), "--write-rate", "fast"], 2, "rate like"),
+        (["--data", str(tmp_path / "d"), "--compact-every", "soon"], 2, "--compact-every 'soon'"),
+        (["--data", str(tmp_path / "d"), "--compact-every=0.5m"], 2, "--compact-every '0.5m'"),
         (["--listen", "127.0.0.1:0"], 2, "--data"),
         (["--data", str(tmp_path / "d"), "--tls-cert", "missing.pem", "--tls-key", "missing.key"], 2, "TLS file"),
     ):
