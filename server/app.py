@@ -145,6 +145,7 @@ class PeerServer:
             in_flight=InFlight(self.max_in_flight_bytes, stall=self.stall_seconds),
             max_message_bytes=self.max_message_bytes,
             guard=guard,
+            compact_every_ms=round(self.compact_every * 1000),
         )
         try:
             self.server, self.port, self.health = start_server(

@@ -94,8 +94,11 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         max_message_bytes: int = MAX_MESSAGE_BUDGET,
         guard: Guard | None = None,
         put_stream_bytes: int = PUT_STREAM_BYTES,
+        compact_every_ms: int | None = None,
     ) -> None:
         self.host = host
+        #: the schedule of the peer's compaction, told in GetInfo (the deadline `feedlog info` prints)
+        self.compact_every_ms = compact_every_ms
         self.guard = guard or Guard()  # no credentials configured: no server-side writes
         self.in_flight = in_flight or InFlight()
         self.max_message_bytes = max_message_bytes  # the server's send limit
@@ -129,6 +132,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             m.min_timestamp = f.core.min_ts
         if f.core.max_ts:
             m.max_timestamp = f.core.max_ts
+        if self.compact_every_ms is not None:
+            m.compact_every_ms = self.compact_every_ms
         return m
 
     def _budget(self, requested: int) -> int:

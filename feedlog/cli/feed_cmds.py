@@ -19,6 +19,7 @@ from ..log.core import MAX_BATCH_BYTES
 from ..log.crypto import discovery_key
 from ..log.entries import DRIVE_EVENT, PROTOCOLS, decode_header
 from ..log.feed import DEFAULT_TIMESTAMPS, Feed, Write
+from ..log.retention import forgetting
 from ..log.timestamps import TimestampPolicy, parse_duration
 from ..replication import wire
 from ..replication.verify import signed_state
@@ -391,7 +392,7 @@ def cmd_info(ns: argparse.Namespace) -> None:
         info = remote_info(ns)
     else:
         with opened(ns.path) as feed:
-            info = feed.info()
+            info = {**feed.info(), "forgetting": forgetting(None, peer=False)}
 
     def human() -> None:
         for k, v in info.items():

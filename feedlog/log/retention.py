@@ -26,6 +26,7 @@ from typing import cast
 
 from . import entries, merkle
 from .entries import Record
+from .timestamps import format_duration
 
 
 def keeps(record: Record, now_ms: int) -> bool:
@@ -88,3 +89,21 @@ def scan(content_type: str, start: int, blocks: Sequence[bytes | None], now_ms: 
         elif r.expires_at is not None and r.invalid is None and (soonest is None or r.expires_at < soonest):
             soonest = r.expires_at
     return out, soonest
+
+
+def forgetting(compact_every_ms: int | None, *, peer: bool) -> str:
+    """When a copy's expired and forgotten payloads are physically gone from it (issue 37's deadline)."""
+    if not peer:
+        return (
+            "forgotten keys: cleared as the forget entry is stored; "
+            "expired payloads: hidden at expiry, cleared from this disk by `feedlog compact`"
+        )
+    forgotten = "forgotten keys: cleared before the forget entry is served"
+    if compact_every_ms is None:
+        return f"{forgotten}; expired payloads: never served after expiry (the peer does not say when it compacts)"
+    if compact_every_ms == 0:
+        return f"{forgotten}; expired payloads: never served after expiry, kept on the peer's disk (compaction off)"
+    return (
+        f"{forgotten}; expired payloads: never served after expiry, cleared from the peer's disk within "
+        f"{format_duration(compact_every_ms)} of it"
+    )

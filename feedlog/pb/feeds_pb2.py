@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65\x65\x64log/pb/feeds.proto\x12\rfeedlog.feeds\"6\n\x06\x46\x65\x65\x64Id\x12\r\n\x03key\x18\x01 \x01(\x0cH\x00\x12\x17\n\rdiscovery_key\x18\x02 \x01(\x0cH\x00\x42\x04\n\x02id\"1\n\x04Node\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04hash\x18\x02 \x01(\x0c\x12\x0c\n\x04size\x18\x03 \x01(\x04\"Q\n\x0bSignedState\x12\x0e\n\x06length\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ork\x18\x02 \x01(\x04\x12\x11\n\ttree_hash\x18\x03 \x01(\x0c\x12\x11\n\tsignature\x18\x04 \x01(\x0c\"5\n\x0eGetInfoRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\"\xa3\x02\n\x08\x46\x65\x65\x64Info\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x15\n\rdiscovery_key\x18\x02 \x01(\x0c\x12)\n\x05state\x18\x03 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\x12\x13\n\x0b\x62yte_length\x18\x04 \x01(\x04\x12\x14\n\x0c\x63ontent_type\x18\x05 \x01(\t\x12\x10\n\x08writable\x18\x06 \x01(\x08\x12\x1a\n\rmin_timestamp\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\rmax_timestamp\x18\x08 \x01(\x04H\x01\x88\x01\x01\x12\x0e\n\x06header\x18\t \x01(\x0c\x12\x12\n\ntimestamps\x18\n \x01(\t\x12\x0b\n\x03ttl\x18\x0b \x01(\tB\x10\n\x0e_min_timestampB\x10\n\x0e_max_timestamp\"\x87\x01\n\rAppendRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x17\n\x0f\x65xpected_length\x18\x02 \x01(\x04\x12\x0e\n\x06\x62locks\x18\x03 \x03(\x0c\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x0c\n\x04\x66ork\x18\x05 \x01(\x04\x12\x12\n\ntimestamps\x18\x06 \x01(\t\x12\x0b\n\x03ttl\x18\x07 \x01(\t\";\n\x0e\x41ppendResponse\x12)\n\x05state\x18\x01 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\"\xd5\x01\n\x03Put\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\x04\x12\x12\n\ntimestamps\x18\x05 \x01(\t\x12*\n\x04stat\x18\x06 \x03(\x0b\x32\x1c.feedlog.feeds.Put.StatEntry\x12\x0e\n\x06\x66orget\x18\x07 \x01(\x08\x12\x14\n\x0c\x65xact_expiry\x18\x08 \x01(\x08\x1a+\n\tStatEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"?\n\nPutRequest\x12\x0c\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0c\x12#\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x12.feedlog.feeds.Put\"e\n\x08\x41ppended\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x16\n\ttimestamp\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x17\n\nexpires_at\x18\x03 \x01(\x04H\x01\x88\x01\x01\x42\x0c\n\n_timestampB\r\n\x0b_expires_at\"c\n\x0bPutResponse\x12)\n\x08\x61ppended\x18\x01 \x03(\x0b\x32\x17.feedlog.feeds.Appended\x12)\n\x05state\x18\x02 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\"F\n\rCreateRequest\x12\x14\n\x0c\x63ontent_type\x18\x01 \x01(\t\x12\x12\n\ntimestamps\x18\x02 \x01(\t\x12\x0b\n\x03ttl\x18\x03 \x01(\t\"}\n\x0bReadRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\x12\r\n\x05start\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12\x12\n\nwith_roots\x18\x04 \x01(\x08\x12\x19\n\x11max_message_bytes\x18\x05 \x01(\r\"u\n\x10SubscribeRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\x12\r\n\x05start\x18\x02 \x01(\x04\x12\x12\n\nwith_roots\x18\x03 \x01(\x08\x12\x19\n\x11max_message_bytes\x18\x04 \x01(\r\"y\n\x07Segment\x12\r\n\x05start\x18\x01 \x01(\x04\x12\x0e\n\x06\x62locks\x18\x02 \x03(\x0c\x12$\n\x07\x63leared\x18\x03 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12)\n\x05state\x18\x04 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\"\\\n\x0cReadResponse\x12\"\n\x05roots\x18\x01 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12(\n\x08segments\x18\x02 \x03(\x0b\x32\x16.feedlog.feeds.Segment\"@\n\x0cProofRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"\x9d\x01\n\rProofResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05\x62lock\x18\x02 \x01(\x0c\x12!\n\x04path\x18\x03 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12\"\n\x05roots\x18\x04 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12)\n\x05state\x18\x05 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState2\xfd\x04\n\x05\x46\x65\x65\x64s\x12\x41\n\x07GetInfo\x12\x1d.feedlog.feeds.GetInfoRequest\x1a\x17.feedlog.feeds.FeedInfo\x12\x45\n\x06\x41ppend\x12\x1c.feedlog.feeds.AppendRequest\x1a\x1d.feedlog.feeds.AppendResponse\x12O\n\x0c\x41ppendStream\x12\x1c.feedlog.feeds.AppendRequest\x1a\x1d.feedlog.feeds.AppendResponse(\x01\x30\x01\x12?\n\x06\x43reate\x12\x1c.feedlog.feeds.CreateRequest\x1a\x17.feedlog.feeds.FeedInfo\x12<\n\x03Put\x12\x19.feedlog.feeds.PutRequest\x1a\x1a.feedlog.feeds.PutResponse\x12\x46\n\tPutStream\x12\x19.feedlog.feeds.PutRequest\x1a\x1a.feedlog.feeds.PutResponse(\x01\x30\x01\x12\x41\n\x04Read\x12\x1a.feedlog.feeds.ReadRequest\x1a\x1b.feedlog.feeds.ReadResponse0\x01\x12K\n\tSubscribe\x12\x1f.feedlog.feeds.SubscribeRequest\x1a\x1b.feedlog.feeds.ReadResponse0\x01\x12\x42\n\x05Proof\x12\x1b.feedlog.feeds.ProofRequest\x1a\x1c.feedlog.feeds.ProofResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65\x65\x64log/pb/feeds.proto\x12\rfeedlog.feeds\"6\n\x06\x46\x65\x65\x64Id\x12\r\n\x03key\x18\x01 \x01(\x0cH\x00\x12\x17\n\rdiscovery_key\x18\x02 \x01(\x0cH\x00\x42\x04\n\x02id\"1\n\x04Node\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04hash\x18\x02 \x01(\x0c\x12\x0c\n\x04size\x18\x03 \x01(\x04\"Q\n\x0bSignedState\x12\x0e\n\x06length\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ork\x18\x02 \x01(\x04\x12\x11\n\ttree_hash\x18\x03 \x01(\x0c\x12\x11\n\tsignature\x18\x04 \x01(\x0c\"5\n\x0eGetInfoRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\"\xd7\x02\n\x08\x46\x65\x65\x64Info\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x15\n\rdiscovery_key\x18\x02 \x01(\x0c\x12)\n\x05state\x18\x03 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\x12\x13\n\x0b\x62yte_length\x18\x04 \x01(\x04\x12\x14\n\x0c\x63ontent_type\x18\x05 \x01(\t\x12\x10\n\x08writable\x18\x06 \x01(\x08\x12\x1a\n\rmin_timestamp\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\rmax_timestamp\x18\x08 \x01(\x04H\x01\x88\x01\x01\x12\x0e\n\x06header\x18\t \x01(\x0c\x12\x12\n\ntimestamps\x18\n \x01(\t\x12\x0b\n\x03ttl\x18\x0b \x01(\t\x12\x1d\n\x10\x63ompact_every_ms\x18\x0c \x01(\x04H\x02\x88\x01\x01\x42\x10\n\x0e_min_timestampB\x10\n\x0e_max_timestampB\x13\n\x11_compact_every_ms\"\x87\x01\n\rAppendRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x17\n\x0f\x65xpected_length\x18\x02 \x01(\x04\x12\x0e\n\x06\x62locks\x18\x03 \x03(\x0c\x12\x11\n\tsignature\x18\x04 \x01(\x0c\x12\x0c\n\x04\x66ork\x18\x05 \x01(\x04\x12\x12\n\ntimestamps\x18\x06 \x01(\t\x12\x0b\n\x03ttl\x18\x07 \x01(\t\";\n\x0e\x41ppendResponse\x12)\n\x05state\x18\x01 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\"\xd5\x01\n\x03Put\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\x04\x12\x12\n\ntimestamps\x18\x05 \x01(\t\x12*\n\x04stat\x18\x06 \x03(\x0b\x32\x1c.feedlog.feeds.Put.StatEntry\x12\x0e\n\x06\x66orget\x18\x07 \x01(\x08\x12\x14\n\x0c\x65xact_expiry\x18\x08 \x01(\x08\x1a+\n\tStatEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"?\n\nPutRequest\x12\x0c\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0c\x12#\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x12.feedlog.feeds.Put\"e\n\x08\x41ppended\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x16\n\ttimestamp\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x17\n\nexpires_at\x18\x03 \x01(\x04H\x01\x88\x01\x01\x42\x0c\n\n_timestampB\r\n\x0b_expires_at\"c\n\x0bPutResponse\x12)\n\x08\x61ppended\x18\x01 \x03(\x0b\x32\x17.feedlog.feeds.Appended\x12)\n\x05state\x18\x02 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\"F\n\rCreateRequest\x12\x14\n\x0c\x63ontent_type\x18\x01 \x01(\t\x12\x12\n\ntimestamps\x18\x02 \x01(\t\x12\x0b\n\x03ttl\x18\x03 \x01(\t\"}\n\x0bReadRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\x12\r\n\x05start\x18\x02 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x04\x12\x12\n\nwith_roots\x18\x04 \x01(\x08\x12\x19\n\x11max_message_bytes\x18\x05 \x01(\r\"u\n\x10SubscribeRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\x12\r\n\x05start\x18\x02 \x01(\x04\x12\x12\n\nwith_roots\x18\x03 \x01(\x08\x12\x19\n\x11max_message_bytes\x18\x04 \x01(\r\"y\n\x07Segment\x12\r\n\x05start\x18\x01 \x01(\x04\x12\x0e\n\x06\x62locks\x18\x02 \x03(\x0c\x12$\n\x07\x63leared\x18\x03 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12)\n\x05state\x18\x04 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState\"\\\n\x0cReadResponse\x12\"\n\x05roots\x18\x01 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12(\n\x08segments\x18\x02 \x03(\x0b\x32\x16.feedlog.feeds.Segment\"@\n\x0cProofRequest\x12#\n\x04\x66\x65\x65\x64\x18\x01 \x01(\x0b\x32\x15.feedlog.feeds.FeedId\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"\x9d\x01\n\rProofResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05\x62lock\x18\x02 \x01(\x0c\x12!\n\x04path\x18\x03 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12\"\n\x05roots\x18\x04 \x03(\x0b\x32\x13.feedlog.feeds.Node\x12)\n\x05state\x18\x05 \x01(\x0b\x32\x1a.feedlog.feeds.SignedState2\xfd\x04\n\x05\x46\x65\x65\x64s\x12\x41\n\x07GetInfo\x12\x1d.feedlog.feeds.GetInfoRequest\x1a\x17.feedlog.feeds.FeedInfo\x12\x45\n\x06\x41ppend\x12\x1c.feedlog.feeds.AppendRequest\x1a\x1d.feedlog.feeds.AppendResponse\x12O\n\x0c\x41ppendStream\x12\x1c.feedlog.feeds.AppendRequest\x1a\x1d.feedlog.feeds.AppendResponse(\x01\x30\x01\x12?\n\x06\x43reate\x12\x1c.feedlog.feeds.CreateRequest\x1a\x17.feedlog.feeds.FeedInfo\x12<\n\x03Put\x12\x19.feedlog.feeds.PutRequest\x1a\x1a.feedlog.feeds.PutResponse\x12\x46\n\tPutStream\x12\x19.feedlog.feeds.PutRequest\x1a\x1a.feedlog.feeds.PutResponse(\x01\x30\x01\x12\x41\n\x04Read\x12\x1a.feedlog.feeds.ReadRequest\x1a\x1b.feedlog.feeds.ReadResponse0\x01\x12K\n\tSubscribe\x12\x1f.feedlog.feeds.SubscribeRequest\x1a\x1b.feedlog.feeds.ReadResponse0\x01\x12\x42\n\x05Proof\x12\x1b.feedlog.feeds.ProofRequest\x1a\x1c.feedlog.feeds.ProofResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,35 +42,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETINFOREQUEST']._serialized_start=231
   _globals['_GETINFOREQUEST']._serialized_end=284
   _globals['_FEEDINFO']._serialized_start=287
-  _globals['_FEEDINFO']._serialized_end=578
-  _globals['_APPENDREQUEST']._serialized_start=581
-  _globals['_APPENDREQUEST']._serialized_end=716
-  _globals['_APPENDRESPONSE']._serialized_start=718
-  _globals['_APPENDRESPONSE']._serialized_end=777
-  _globals['_PUT']._serialized_start=780
-  _globals['_PUT']._serialized_end=993
-  _globals['_PUT_STATENTRY']._serialized_start=950
-  _globals['_PUT_STATENTRY']._serialized_end=993
-  _globals['_PUTREQUEST']._serialized_start=995
-  _globals['_PUTREQUEST']._serialized_end=1058
-  _globals['_APPENDED']._serialized_start=1060
-  _globals['_APPENDED']._serialized_end=1161
-  _globals['_PUTRESPONSE']._serialized_start=1163
-  _globals['_PUTRESPONSE']._serialized_end=1262
-  _globals['_CREATEREQUEST']._serialized_start=1264
-  _globals['_CREATEREQUEST']._serialized_end=1334
-  _globals['_READREQUEST']._serialized_start=1336
-  _globals['_READREQUEST']._serialized_end=1461
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1463
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1580
-  _globals['_SEGMENT']._serialized_start=1582
-  _globals['_SEGMENT']._serialized_end=1703
-  _globals['_READRESPONSE']._serialized_start=1705
-  _globals['_READRESPONSE']._serialized_end=1797
-  _globals['_PROOFREQUEST']._serialized_start=1799
-  _globals['_PROOFREQUEST']._serialized_end=1863
-  _globals['_PROOFRESPONSE']._serialized_start=1866
-  _globals['_PROOFRESPONSE']._serialized_end=2023
-  _globals['_FEEDS']._serialized_start=2026
-  _globals['_FEEDS']._serialized_end=2663
+  _globals['_FEEDINFO']._serialized_end=630
+  _globals['_APPENDREQUEST']._serialized_start=633
+  _globals['_APPENDREQUEST']._serialized_end=768
+  _globals['_APPENDRESPONSE']._serialized_start=770
+  _globals['_APPENDRESPONSE']._serialized_end=829
+  _globals['_PUT']._serialized_start=832
+  _globals['_PUT']._serialized_end=1045
+  _globals['_PUT_STATENTRY']._serialized_start=1002
+  _globals['_PUT_STATENTRY']._serialized_end=1045
+  _globals['_PUTREQUEST']._serialized_start=1047
+  _globals['_PUTREQUEST']._serialized_end=1110
+  _globals['_APPENDED']._serialized_start=1112
+  _globals['_APPENDED']._serialized_end=1213
+  _globals['_PUTRESPONSE']._serialized_start=1215
+  _globals['_PUTRESPONSE']._serialized_end=1314
+  _globals['_CREATEREQUEST']._serialized_start=1316
+  _globals['_CREATEREQUEST']._serialized_end=1386
+  _globals['_READREQUEST']._serialized_start=1388
+  _globals['_READREQUEST']._serialized_end=1513
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1515
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1632
+  _globals['_SEGMENT']._serialized_start=1634
+  _globals['_SEGMENT']._serialized_end=1755
+  _globals['_READRESPONSE']._serialized_start=1757
+  _globals['_READRESPONSE']._serialized_end=1849
+  _globals['_PROOFREQUEST']._serialized_start=1851
+  _globals['_PROOFREQUEST']._serialized_end=1915
+  _globals['_PROOFRESPONSE']._serialized_start=1918
+  _globals['_PROOFRESPONSE']._serialized_end=2075
+  _globals['_FEEDS']._serialized_start=2078
+  _globals['_FEEDS']._serialized_end=2715
 # @@protoc_insertion_point(module_scope)

@@ -43,7 +43,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, feed: _Optional[_Union[FeedId, _Mapping]] = ...) -> None: ...
 
 class FeedInfo(_message.Message):
-    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp", "header", "timestamps", "ttl")
+    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp", "header", "timestamps", "ttl", "compact_every_ms")
     KEY_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_KEY_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class FeedInfo(_message.Message):
     HEADER_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_EVERY_MS_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     discovery_key: bytes
     state: SignedState
@@ -66,7 +67,8 @@ class FeedInfo(_message.Message):
     header: bytes
     timestamps: str
     ttl: str
-    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ..., header: _Optional[bytes] = ..., timestamps: _Optional[str] = ..., ttl: _Optional[str] = ...) -> None: ...
+    compact_every_ms: int
+    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ..., header: _Optional[bytes] = ..., timestamps: _Optional[str] = ..., ttl: _Optional[str] = ..., compact_every_ms: _Optional[int] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("key", "expected_length", "blocks", "signature", "fork", "timestamps", "ttl")

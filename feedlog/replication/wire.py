@@ -12,6 +12,7 @@ from ..log.core import Segment
 from ..log.crypto import HASH_SIZE, SIGNATURE_SIZE
 from ..log.feed import Write
 from ..log.merkle import Node, Proof, TreeState
+from ..log.retention import forgetting
 from ..pb import feeds_pb2 as pb
 
 
@@ -112,6 +113,7 @@ def info_json(m: pb.FeedInfo) -> dict[str, str | int | bool | None]:
         "ttl": m.ttl or None,
         "min_timestamp": m.min_timestamp if m.HasField("min_timestamp") else None,
         "max_timestamp": m.max_timestamp if m.HasField("max_timestamp") else None,
+        "forgetting": forgetting(m.compact_every_ms if m.HasField("compact_every_ms") else None, peer=True),
     }
 
 

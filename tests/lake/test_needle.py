@@ -87,7 +87,7 @@ def test_expired_and_forgotten_secrets_leave_every_copy(tmp_path: Path, spark: A
 
         def caught_up() -> bool:
             try:
-                return followed.host.get(KP.public_key).feed.length == writer.length
+                return bool(followed.host.get(KP.public_key).feed.length == writer.length)
             except NotFound:  # the follower has not created its copy yet
                 return False
 

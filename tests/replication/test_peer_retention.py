@@ -3,6 +3,7 @@ and replicas keep cleared blocks as visible holes that any other peer may fill."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -179,3 +180,21 @@ def test_compact_every_takes_a_duration_or_zero(text: str, seconds: float) -> No
 def test_compact_every_refuses_what_is_no_duration(text: str) -> None:
     with pytest.raises(InvalidArgument, match="--compact-every"):
         compact_every(text)
+
+
+def test_info_tells_when_a_copy_forgets(peers: Peers, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from feedlog.cli import main
+    from feedlog.replication import wire
+
+    clock = ManualClock(T0)
+    off = hosting(peers, tmp_path, "off", clock)
+    scheduled = peers("scheduled", clock=clock, compact_every=90)
+    push(tmp_path / "author", Address(scheduled.address, KP.public_key.hex()), token=scheduled.token)
+    with FeedClient(off.address) as c:
+        assert "kept on the peer's disk (compaction off)" in str(wire.info_json(c.info(KP.public_key))["forgetting"])
+    with FeedClient(scheduled.address) as c:
+        said = str(wire.info_json(c.info(KP.public_key))["forgetting"])
+    assert "never served after expiry" in said and "within 90s of it" in said
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "author"), "--json"]) == 0
+    assert "`feedlog compact`" in json.loads(capsys.readouterr().out)["forgetting"]  # a local copy: compact does it
