@@ -625,7 +625,9 @@ def test_tail_decodes_by_the_signed_header_and_info_shows_only_what_verifies(
         shown = capsys.readouterr().out
         lines = shown.splitlines()
         assert "type            drive-event" in lines and "\x1b" not in shown, shown
-        assert [line for line in lines if line.startswith("signature")] != [] and len(lines) == 13, shown
+        assert [line for line in lines if line.startswith("signature")] != [] and len(lines) == 14, (
+            shown
+        )  # 13 fields and forgetting
 
         def other_key(self: FeedsService, hf: Any, with_key: bool) -> Any:
             m = honest_info(self, hf, with_key)
