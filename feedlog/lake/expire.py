@@ -34,8 +34,7 @@ from ..delta.objectstore import open_storage
 from ..delta.scan import ScanContext, read_file
 from ..delta.writer import WriteOptions, write_files
 from ..errors import Conflict, FeedlogError, InvalidArgument, Unsupported
-from ..log.crypto import leaf_hash
-from .rows import COLUMNS, TIMESTAMP
+from .rows import COLUMNS, TIMESTAMP, tombstones
 from .sink import settle, table_token, trusted
 from .spark_errors import marked, spark_job
 
@@ -92,21 +91,7 @@ def _rewrite_file(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], 
     n = pc.sum(expired.cast(pa.int64())).as_py() or 0
     if n == 0:
         return add_json, None, 0
-    mask = expired.to_pylist()
-    blocks = data.column("block").to_pylist()
-    leaves = data.column("leaf_hash").to_pylist()
-    new_leaves = [leaf_hash(b) if m and b is not None else lh for m, b, lh in zip(mask, blocks, leaves, strict=True)]
-    cols = {}
-    for name in data.column_names:
-        col = data.column(name)
-        if name in ("value", "block", "stat"):
-            col = pc.if_else(expired, pa.nulls(len(col), col.type), col)
-        elif name == "cleared":
-            col = pc.or_(col, expired)
-        elif name == "leaf_hash":
-            col = pa.array(new_leaves, pa.binary())
-        cols[name] = col
-    out = pa.table(cols).select(list(job.schema.names))
+    out = tombstones(data, expired, job.schema)
     failpoints.point("expire.rewrite")
     adds = write_files(storage, job.schema, (), out, job.written_ms, lambda: str(uuid.uuid4()), job.options)
     if len(adds) != 1:

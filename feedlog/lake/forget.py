@@ -45,8 +45,7 @@ from ..delta.scan import ScanContext, read_file
 from ..delta.writer import WriteOptions, write_files
 from ..errors import Conflict, FeedlogError, InvalidArgument, Unsupported
 from ..log import entries
-from ..log.crypto import leaf_hash
-from .rows import COLUMNS
+from .rows import COLUMNS, tombstones
 
 OPERATION = "FORGET"
 #: a commit landed by ingest is followed by its forget rewrite; a concurrent writer may win the
@@ -138,22 +137,7 @@ def _rewrite_file(job: _Job, add: Add, forgets: Sequence[Forget]) -> tuple[Add, 
     n = pc.sum(gone.cast(pa.int64())).as_py() or 0
     if n == 0:
         return add, None, 0
-    mask = gone.to_pylist()
-    blocks = data.column("block").to_pylist()
-    leaves = data.column("leaf_hash").to_pylist()
-    # as expire.py: the leaf of the dropped block stands in for it, so the feed's tree still verifies
-    new_leaves = [leaf_hash(b) if m and b is not None else lh for m, b, lh in zip(mask, blocks, leaves, strict=True)]
-    cols = {}
-    for name in data.column_names:
-        col = data.column(name)
-        if name in ("value", "block", "stat"):
-            col = pc.if_else(gone, pa.nulls(len(col), col.type), col)
-        elif name == "cleared":
-            col = pc.or_(col, gone)
-        elif name == "leaf_hash":
-            col = pa.array(new_leaves, pa.binary())
-        cols[name] = col
-    out = pa.table(cols).select(list(job.schema.names))
+    out = tombstones(data, gone, job.schema)
     failpoints.point("forget.rewrite")
     adds = write_files(storage, job.schema, (), out, job.written_ms, lambda: str(uuid.uuid4()), job.options)
     if len(adds) != 1:
