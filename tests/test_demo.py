@@ -35,6 +35,7 @@ def test_the_demo_command_tells_its_story_and_keeps_its_files_with_keep(tmp_path
     assert "holds all 20,003 blocks, verified: the header + every entry" in out
     assert "version 1: 20,002 entries" in out and "version 2: 5,000 entries; the second run: 0 entries" in out
     assert "5,001 rows cleared (the 5,000 readings and the session token)" in out
+    assert "stay for delta.deletedFileRetentionDuration (7d)" in out  # and when they are gone
     assert out.count("-> verified") == 2 and "FAILED" not in out and "DIFFERS" not in out
     assert "peer 2 (127.0.0.1:" in out and "peer 1 127.0.0.1:" in out
     # --keep: where the files are, and they are the demo's

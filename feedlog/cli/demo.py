@@ -28,6 +28,7 @@ from ..errors import NotFound, Unavailable
 from ..lake.audit import audit_table
 from ..log.feed import Feed, Write
 from ..log.merkle import verify_proof
+from ..log.timestamps import format_duration
 from ..replication.client import FeedClient
 from ..replication.sync import push
 from ..rpc import Address
@@ -227,6 +228,12 @@ def _tour(
         f" in {res.files_rewritten} rewritten files"
     )
     _audit(tour, table, key, owner.endpoint)
+    files_ms = DeltaTable.open(table, owner=owner.endpoint).info()["retention"]["deleted_file_retention_ms"]
+    tour.say(
+        f"the files that held them stay for delta.deletedFileRetentionDuration ({format_duration(files_ms)}): "
+        f"versions before version {res.version} still read them until then; `feedlog maintain {table}` then "
+        "vacuums them, and time travel that needs them is refused (feedlog table info tells when)"
+    )
 
     tour.step(
         "Writer timestamps put to use: activity of the feed and 12 simulated writers over a week",
