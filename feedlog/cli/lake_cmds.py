@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, printable
 from .args import Subcommands, storage_option_args, storage_options_of
 from .fmt import Progress, emit, fmt_size, fmt_ts, plural, progress_wanted
 from .table_cmds import parse_retention, token_args, token_of
@@ -319,7 +320,16 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
             if every is None:
                 say(maintain(ns.table, **kwargs))
             else:
-                maintain_every(ns.table, every, rounds=ns.rounds, on_report=say, **kwargs)
+                maintain_every(
+                    ns.table,
+                    every,
+                    rounds=ns.rounds,
+                    on_report=say,
+                    on_error=lambda e: print(
+                        f"feedlog: warning: this pass failed, the next retries: {printable(str(e))}", file=sys.stderr
+                    ),
+                    **kwargs,
+                )
 
 
 def register(sub: Subcommands) -> None:

@@ -27,7 +27,8 @@ from typing import Any
 from ..clock import Clock, SystemClock
 from ..delta import DeltaTable
 from ..delta.log import list_log
-from ..errors import Conflict, InvalidArgument
+from ..delta.vacuum import check_retention, table_retention
+from ..errors import Conflict, FeedlogError, InvalidArgument
 from .expire import expire
 from .forget import forget_rewrite
 from .rows import COLUMNS
@@ -92,8 +93,11 @@ def maintain(
     table = DeltaTable.open(
         path, owner_token=table_token(path, token), owner=trusted(path, owner), clock=clock, storage_options=opts
     )
+    snap = table.snapshot()
+    # bad input changes nothing: vacuum's retention is checked before the first step commits anything
+    check_retention(vacuum_retain_ms, table_retention(snap.metadata), not vacuum_force)
     # TTL and forget rewrites are for the tables feedlog ingest makes; any other Delta table still gets the rest
-    report.feedlog_table = all(c in table.snapshot().schema.names for c in COLUMNS)
+    report.feedlog_table = all(c in snap.schema.names for c in COLUMNS)
     if report.feedlog_table:
 
         def ttl() -> None:
@@ -132,17 +136,27 @@ def maintain_every(
     *,
     rounds: int | None = None,
     on_report: Callable[[MaintainReport], None] = lambda _r: None,
+    on_error: Callable[[FeedlogError], None] = lambda _e: None,
     sleep: Callable[[float], None] = time.sleep,
     **kwargs: Any,
 ) -> int:
-    """`maintain` every `every_ms` (`rounds` passes, or until interrupted); returns the passes made."""
+    """`maintain` every `every_ms` (`rounds` passes, or until interrupted); returns the passes made.
+
+    A pass that fails with a retryable error (`Unavailable`: the owner or the store away) is told to
+    `on_error` and the loop goes on: a maintenance loop left running for months must outlive a blip."""
     if every_ms <= 0:
         raise InvalidArgument("the interval must be greater than zero")
     if rounds is not None and rounds < 1:
         raise InvalidArgument("rounds must be >= 1")
     done = 0
     while True:
-        on_report(maintain(path, **kwargs))
+        try:
+            on_report(maintain(path, **kwargs))
+        except FeedlogError as e:
+            if not e.retryable:
+                raise  # a mistake (bad input, a table feedlog may not write) is the same next time
+            # an owner or a store that is away for a moment: this pass is over, the next one retries
+            on_error(e)
         done += 1
         if rounds is not None and done >= rounds:
             return done

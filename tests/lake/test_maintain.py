@@ -13,7 +13,7 @@ import pytest
 from feedlog.clock import ManualClock, SystemClock
 from feedlog.delta import DeltaTable
 from feedlog.delta.log import list_log
-from feedlog.errors import BeforeRetainedHistory, InvalidArgument
+from feedlog.errors import BeforeRetainedHistory, InvalidArgument, Unavailable
 from feedlog.lake.audit import audit_table
 from feedlog.lake.ingest import ingest_batch
 from feedlog.lake.maintain import maintain, maintain_every
@@ -114,6 +114,28 @@ def test_maintain_every_runs_bounded_passes_and_refuses_bad_intervals(tmp_path: 
         str(table), 60_000, rounds=3, sleep=naps.append, on_report=lambda r: seen.append(r.rows_expired), clock=clock
     )
     assert n == 3 and naps == [60.0, 60.0] and seen == [30, 0, 0]
+    # a pass that fails for a moment (here: the table's directory unreadable, a store away) does not end the
+    # loop; a mistake does
+    failed: list[str] = []
+    calls = {"n": 0}
+
+    def flaky(_r: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Unavailable("the store is away")
+
+    n = maintain_every(
+        str(table),
+        60_000,
+        rounds=2,
+        sleep=naps.append,
+        on_report=flaky,
+        on_error=lambda e: failed.append(str(e)),
+        clock=clock,
+    )
+    assert n == 2 and failed == ["the store is away"]
+    with pytest.raises(InvalidArgument):
+        maintain_every(str(table), 60_000, rounds=2, sleep=naps.append, clock=clock, vacuum_retain_ms=1)
     for every, rounds in ((0, None), (-5, None), (1000, 0)):
         with pytest.raises(InvalidArgument):
             maintain_every(str(table), every, rounds=rounds, sleep=naps.append, clock=clock)
@@ -135,6 +157,10 @@ def test_cli_maintain(tmp_path: Path) -> None:
     info = json.loads(feedlog("table", "info", str(table), "--json").stdout)["retention"]
     assert (info["deleted_file_retention_ms"], info["log_retention_ms"]) == (7 * DAY, 30 * DAY)
     assert info["oldest_version"] == 0
+    before = sorted(p.name for p in (table / "_delta_log").iterdir())
+    short = feedlog("maintain", str(table), "--retain", "1h")  # shorter than the table's 7 days, no --force
+    assert short.returncode == 2 and "--force" in short.stderr and "Traceback" not in short.stderr
+    assert sorted(p.name for p in (table / "_delta_log").iterdir()) == before  # nothing changed
     bad = feedlog("maintain", str(table), "--rounds", "0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     missing = feedlog("maintain", str(tmp_path / "nothing"))
