@@ -624,21 +624,47 @@ class Feed:
         filled: list[int] = []
         now = self.clock.now_ms()
         gone = set(retention.dropped(self.content_type, start, blocks, now))
-        for k, block in enumerate(blocks):
-            if block is not None and start + k < self.length and self.core.fill(start + k, block, keep=k not in gone):
-                filled.append(k)
-        if filled:  # entries appeared below what the key index covers (and a compactor's schedule)
-            self._keys.rebuild()
-            self.fills += len(filled)
-            # a forget entry a peer withheld as a hole withdraws its key's earlier entries once it is here
-            found = entries.forgets_in(
-                self.content_type, start, [blocks[k] if k in filled else None for k in range(len(blocks))]
-            )
+        gone |= self._withdrawn(start, blocks)
+        # a forget entry among the fills withdraws its key's earlier entries: marked first (forgets.py), so
+        # a process killed between storing it and clearing them finishes the job when the feed reopens
+        found = entries.forgets_in(self.content_type, start, blocks)
+        if found:
+            with self.core.lock:
+                self._pending.mark(start)
+        ok = False
+        try:
+            for k, block in enumerate(blocks):
+                seq = start + k
+                if block is not None and seq < self.length and self.core.fill(seq, block, keep=k not in gone):
+                    filled.append(k)
+            if filled:  # entries appeared below what the key index covers (and a compactor's schedule)
+                self._keys.rebuild()
+                self.fills += len(filled)
             if found:
+                failpoints.point("forget.fill_marked")
                 stored, _ = forgets.victims(found, self._entries_for, lambda _seq: None, self.length)
                 if stored:
                     self.core.clear(stored)
+            ok = True
+        finally:
+            if found:
+                self._forgets_done(ok)
         return len(filled)
+
+    def _withdrawn(self, start: int, blocks: Sequence[bytes | None]) -> set[int]:
+        """The offsets among `blocks` (seqs start...) whose key a later forget entry this copy holds
+        withdrew: a peer that lags behind the forget still serves them, and a fill must not bring them
+        back (a copy that forgot stores them cleared, not as holes; the key of a hole is not known)."""
+        out: set[int] = set()
+        for k, block in enumerate(blocks):
+            if block is None or start + k == 0:
+                continue
+            r = entries.decode_record(self.content_type, start + k, block)
+            if r.invalid is not None:
+                continue
+            if any(e.forget and e.seq > r.seq for e in self._entries_for(r.key)):
+                out.add(k)
+        return out
 
     def compact_step(self, start: int, count: int, *, clear: bool = True) -> CompactStep:
         """Clear the payloads `retention.keeps` refuses among seqs [start, start + count), by this feed's

@@ -228,3 +228,65 @@ def test_append_jsonl_forget_lines(tmp_path: Path, capsys: pytest.CaptureFixture
     capsys.readouterr()
     assert main(["append", str(p), "--jsonl", str(bad)]) == 2
     assert "line 1" in capsys.readouterr().err
+
+
+def _copy(writer: Feed, path: Path) -> Feed:
+    """A replica of `writer` as a follower stores it (the writer's cleared blocks arrive as holes)."""
+    copy = Feed.create_replica(path, writer.key)
+    for s in writer.core.segments(0, writer.length, 1 << 30):
+        assert s.state is not None  # one segment per signed batch here
+        copy.store_signed(s.blocks, s.state, leaves=s.cleared)
+    return copy
+
+
+def test_a_fill_from_a_peer_behind_the_forget_brings_nothing_back(tmp_path: Path) -> None:
+    """A copy that holds the forget gets the withdrawn entry as a hole; another peer that has not seen the
+    forget yet still serves its payload: the fill must leave it cleared (found by review)."""
+    with Feed.create(tmp_path / "w", key_pair=KP, timestamps="off") as w:
+        w.append([Write("/k", b"needle-withdrawn"), Write("/x", b"kept")])
+        with _copy(w, tmp_path / "behind") as behind:
+            w.forget("/k")
+            with _copy(w, tmp_path / "ahead") as ahead:
+                assert ahead.core.holes(0, ahead.length, 10) == [1]
+                ahead.fill(1, [behind.core.get(1)])
+                assert ahead.core.holes(0, ahead.length, 10) == []  # no longer a hole: we know why it is empty
+                assert ahead.record(1).cleared and ahead.get("/k") is None
+                assert [r.seq for r in ahead.history("/k")] == [3]
+                ahead.verify()
+    assert files_holding(tmp_path / "ahead", b"needle") == []
+
+
+def test_a_filled_forget_entry_is_applied_even_if_killed_between(tmp_path: Path) -> None:
+    """A forget entry that arrives by a fill clears its key's earlier payloads; killed between storing it and
+    clearing them, the copy finishes on open."""
+    with Feed.create(tmp_path / "w", key_pair=KP, timestamps="off") as w:
+        w.append([Write("/k", b"needle-withdrawn"), Write("/x", b"kept")])
+        withdrawn = w.core.get(1)  # as a peer behind the forget still has it
+        w.append([Write("/k", forget=True)])
+        forget_block = w.core.get(3)
+        assert forget_block is not None
+        forget_leaf = w.core.leaf(3)
+        segs = list(w.core.segments(0, w.length, 1 << 30))
+    # a copy whose upstream withheld the forget entry as a hole (the payload at seq 1 it still sent)
+    p = tmp_path / "copy"
+    with Feed.create_replica(p, KP.public_key) as copy:
+        for s in segs:
+            blocks = [
+                withdrawn if s.start + i == 1 else None if s.start + i == 3 else b for i, b in enumerate(s.blocks)
+            ]
+            withheld = [forget_leaf] if s.start <= 3 < s.start + len(s.blocks) else []
+            leaves = [*(n for n in s.cleared if n.index != 2), *withheld]
+            assert s.state is not None
+            copy.store_signed(blocks, s.state, leaves=leaves)
+        assert copy.core.holes(0, copy.length, 10) == [3] and files_holding(p, b"needle") == ["log"]
+    code = f"""
+        from feedlog.log.feed import Feed
+        c = Feed.open({str(p)!r})
+        c.fill(3, [bytes.fromhex({forget_block.hex()!r})])
+    """
+    assert run_child(code, "forget.fill_marked=exit") == failpoints.EXIT_CODE
+    assert (p / forgets.PENDING_FILE).exists()
+    with Feed.open(p) as copy:  # reopening applies the forget the killed fill stored
+        assert copy.forgotten("/k") == 3 and copy.record(1).cleared
+        copy.verify()
+    assert files_holding(p, b"needle") == [] and not (p / forgets.PENDING_FILE).exists()
