@@ -803,7 +803,7 @@ class Core:
             if not take:
                 break
             size = int(total[take - 1])
-            got = self._read_rows(pos, rows[:take], gone[:take], check)
+            got = self._read_rows(pos, rows[:take], gone[:take], check)  # marks blocks cleared meanwhile in `gone`
             for seq in (pos + np.flatnonzero(gone[:take])).tolist():
                 cleared.append(self.node(2 * seq))
             k = 0
@@ -852,6 +852,14 @@ class Core:
         else:  # far apart (cleared blocks' bytes between them): a read per block
             for k, o, n in zip(live.tolist(), offs.tolist(), lens.tolist(), strict=True):
                 out[k] = os.pread(self._log, n, o)
+        # A clear (compaction, a forget) may have run meanwhile: it marks the index before it zeroes the
+        # log, so a block read as bytes is whole unless the index now says cleared. Such a block is cleared,
+        # not served as the zeroes it may have become, nor reported as corrupt.
+        now_gone = (self._index_rows(lo, lo + len(rows))["flags"] & storage.CLEARED) != 0
+        for k in np.flatnonzero(now_gone & ~gone).tolist():
+            out[k] = None
+            gone[k] = True
+        live = np.flatnonzero(~gone)
         if check:
             tree = os.pread(self._tree, (2 * len(rows) - 1) * _NODE_SIZE, 2 * lo * _NODE_SIZE)
             for k in live.tolist():
@@ -925,7 +933,7 @@ class Core:
             if got == _MAPPED_CLEARED:
                 return None
             if got == _MAPPED_CORRUPT:
-                raise Corruption(f"{self.path}: block {seq} fails its hash check")
+                return self._recheck(seq)
             # not in the maps: as below (remap, or pread)
         ix, tm, lm = self._index_words, self._tree_map, self._log_map
         h = seq * (2 * _NODE_SIZE)
@@ -943,8 +951,15 @@ class Core:
         off = ix[2 * seq]
         block = lm[off : off + n] if off + n <= len(lm) else os.pread(self._log, n, off)
         if len(block) != n or leaf_hash(block) != tm[h : h + 32]:
-            raise Corruption(f"{self.path}: block {seq} fails its hash check")
+            return self._recheck(seq)
         return block
+
+    def _recheck(self, seq: int) -> bytes | None:
+        """A block that failed its hash check: None if a clear marked it meanwhile (it marks the index
+        before it zeroes the log), else Corruption."""
+        if self._entry(seq)[2] & storage.CLEARED:
+            return None
+        raise Corruption(f"{self.path}: block {seq} fails its hash check")
 
     def _get_unmapped(self, seq: int) -> bytes | None:
         off, n, flags = self._entry(seq)
@@ -952,7 +967,7 @@ class Core:
             return None
         block = os.pread(self._log, n, off)
         if len(block) != n or leaf_hash(block) != self.node(2 * seq).hash:
-            raise Corruption(f"{self.path}: block {seq} fails its hash check")
+            return self._recheck(seq)
         return block
 
     def get_range(self, start: int, end: int) -> Iterator[tuple[int, bytes | None]]:

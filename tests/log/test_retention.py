@@ -193,3 +193,30 @@ def test_a_filled_hole_that_is_a_forget_entry_withdraws_its_key(tmp_path: Path) 
         assert copy.get("/x") is None and copy.forgotten("/x") == 2
         assert [r.seq for r in copy.records() if r.cleared] == [1]
     assert not _log_holds(tmp_path / "copy", SECRET)
+
+
+def test_a_block_cleared_while_it_is_read_is_served_cleared_not_as_zeroes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clear (scheduled compaction, a forget) marks the index, then zeroes the log, without the feed's
+    lock; a Read that took the index rows before the mark must not send the zeroes it then reads (a
+    reader would blame an honest peer for a block that fails its hash), nor call them corrupt."""
+    from feedlog.log.core import Core
+
+    with Feed.create(tmp_path / "f", timestamps="off") as f:
+        f.append([Write("/a", b"payload-a" * 10), Write("/b", b"payload-b" * 10), Write("/c", b"c")])
+        real = Core._index_rows
+        calls = {"n": 0}
+
+        def racing(self: Core, lo: int, hi: int) -> object:
+            rows = real(self, lo, hi).copy()  # what the reader saw before the clear...
+            calls["n"] += 1
+            if calls["n"] == 1:
+                monkeypatch.setattr(Core, "_index_rows", real)
+                self.clear([2])  # ...then compaction marks and zeroes block 2
+            return rows
+
+        monkeypatch.setattr(Core, "_index_rows", racing)
+        seg = f.core.segments(1, f.length, 1 << 20, check=False)[-1]  # the batch of seqs 1..3
+        assert seg.start == 1 and seg.blocks[1] is None and [n.index for n in seg.cleared] == [4]
+        assert seg.blocks[0] == f.core.get(1)
