@@ -370,6 +370,12 @@ class Core:
                 self.checkpoint()
             self._close_fds()
 
+    def _check_open(self) -> None:
+        """Unavailable once closed: a file descriptor number of a closed feed may already name another
+        file (a compaction pass that outlived a server's stop must not write through it)."""
+        if not self._fds:
+            raise Unavailable(f"{self.path}: the feed was closed")
+
     def _close_fds(self) -> None:
         # dropped, not closed (see `_remap`)
         self._index_words, self._tree_map, self._log_map = memoryview(b"").cast("Q"), b"", b""
@@ -1045,6 +1051,7 @@ class Core:
         with self.lock:
             if not self.writable:
                 raise ReadOnly(f"{self.path}: opened read-only")
+            self._check_open()
             for seq in seqs:
                 self._check_seq(seq)
             if not seqs:
@@ -1096,6 +1103,7 @@ class Core:
         with self.lock:
             if not self.writable:
                 raise ReadOnly(f"{self.path}: opened read-only")
+            self._check_open()
             self._check_seq(seq)
             off, n, flags = self._entry(seq)
             if not flags & storage.HOLE:

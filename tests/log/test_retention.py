@@ -220,3 +220,18 @@ def test_a_block_cleared_while_it_is_read_is_served_cleared_not_as_zeroes(
         seg = f.core.segments(1, f.length, 1 << 20, check=False)[-1]  # the batch of seqs 1..3
         assert seg.start == 1 and seg.blocks[1] is None and [n.index for n in seg.cleared] == [4]
         assert seg.blocks[0] == f.core.get(1)
+
+
+def test_a_closed_feed_refuses_to_clear_or_fill(tmp_path: Path) -> None:
+    """A compaction pass that outlives a server's stop finds the feed closed: its fd numbers may name
+    other files by then, so nothing is written through them."""
+    from feedlog.errors import Unavailable
+
+    f = Feed.create(tmp_path / "f", timestamps="off")
+    f.append([Write("/a", b"a")])
+    core = f.core
+    f.close()
+    with pytest.raises(Unavailable, match="closed"):
+        core.clear([1])
+    with pytest.raises(Unavailable, match="closed"):
+        core.fill(1, b"a")
