@@ -22,8 +22,10 @@ Commits: `VACUUM START` (operationParameters retentionCheckEnabled, defaultReten
 specifiedRetentionMillis; operationMetrics numFilesToDelete, sizeOfDataToDelete) before the first
 delete and `VACUUM END` (status COMPLETED or FAILED; numDeletedFiles, numVacuumedDirectories)
 after the last, empty commits through the table's own committer, so a managed table's go through
-its owner. A crash between them leaves a readable table (only unreferenced files were deleted)
-and a START without an END; running vacuum again finishes the job.
+its owner. START also records its cutoff (`commitInfo.feedlog.vacuum_cutoff_ms`): a forced, shorter
+retention moves the time-travel horizon to it (`check_horizon`). A crash between them leaves a
+readable table (only unreferenced files were deleted) and a START without an END; running vacuum
+again finishes the job.
 
 Deliberate differences: delta-spark also deletes empty directories (feedlog leaves them: an object
 store has none, and a partition directory may be written again). delta-rs's full mode treats only
@@ -48,7 +50,7 @@ from .actions import DELETED_FILE_RETENTION, Add, Metadata, Remove
 from .log import Listing
 from .maintenance import check_maintainable, parse_interval
 from .replay import IctEnablement, TableState, ict_enablement
-from .storage import FileInfo, Storage, walk
+from .storage import FileInfo, Storage, read_many, walk
 from .timeline import Timeline, iso
 from .transaction import CommitResult, Transaction
 
@@ -352,7 +354,12 @@ def vacuum(
         "defaultRetentionMillis": table_ms,
         **({} if retain_ms is None else {"specifiedRetentionMillis": retain_ms}),
     }
-    start_tx.info_extra = {"operationMetrics": {"numFilesToDelete": str(len(doomed)), "sizeOfDataToDelete": str(size)}}
+    start_tx.info_extra = {
+        "operationMetrics": {"numFilesToDelete": str(len(doomed)), "sizeOfDataToDelete": str(size)},
+        # the time-travel horizon this vacuum sets (`start_cutoff`): exact, where delta-spark's own
+        # START leaves it to be told from its time and parameters
+        "feedlog": {CUTOFF_FIELD: cutoff},
+    }
     started = commit(start_tx)
     assert started.version is not None
     failpoints.point("vacuum.started")
@@ -392,6 +399,57 @@ def _end(
 # time travel at the horizon
 
 
+#: the field of commitInfo.feedlog where a VACUUM START records its cutoff (ms)
+CUTOFF_FIELD = "vacuum_cutoff_ms"
+#: the cutoff of a VACUUM START whose time cannot be told: every older version may have lost files
+UNKNOWN_CUTOFF = 2**63 - 1
+
+
+def start_cutoff(data: bytes) -> int | None:
+    """The cutoff of a VACUUM START commit (raw commit file), None for any other commit. Pure.
+
+    A version committed before the cutoff may have lost files to that vacuum (it kept only what
+    versions committed since read). feedlog's START records it (`commitInfo.feedlog.vacuum_cutoff_ms`);
+    another engine's is its time (ICT, else `timestamp`) less its retention (`specifiedRetentionMillis`,
+    else `defaultRetentionMillis`; delta-spark and delta-rs write them as strings). A START that tells
+    neither has UNKNOWN_CUTOFF: refusing an old version is safe, answering it in part is not."""
+    if b"VACUUM START" not in data:
+        return None  # most commits: no JSON parsed
+    for line in data.split(b"\n"):
+        if b"commitInfo" not in line:
+            continue
+        try:
+            info = json.loads(line).get("commitInfo")
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(info, dict) or info.get("operation") != "VACUUM START":
+            return None
+        ours = info.get("feedlog")
+        if isinstance(ours, dict) and (cutoff := _millis(ours.get(CUTOFF_FIELD))) is not None:
+            return cutoff
+        when = _millis(info.get("inCommitTimestamp"))
+        when = _millis(info.get("timestamp")) if when is None else when
+        params = info.get("operationParameters")
+        params = params if isinstance(params, dict) else {}
+        retention = _millis(params.get("specifiedRetentionMillis"))
+        retention = _millis(params.get("defaultRetentionMillis")) if retention is None else retention
+        if when is None or retention is None:
+            return UNKNOWN_CUTOFF
+        return when - retention
+    return None
+
+
+def _millis(raw: object) -> int | None:
+    """An integer as delta writes them in commitInfo: a JSON number or a decimal string."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        return int(raw)
+    return None
+
+
 def check_horizon(
     version: int,
     latest: int,
@@ -400,25 +458,68 @@ def check_horizon(
     live: Container[str],
     now_ms: int,
     retention_ms: int,
+    vacuumed_ms: int | None = None,
 ) -> None:
     """BeforeHorizon if `version` may have lost files to vacuum. Pure.
 
     The rule (decided here, after delta-spark, which blocks time travel older than the deleted-file
-    retention): a version is before the horizon when its commit time is older than now - retention
-    (vacuum keeps every file of a younger version: see the module docstring), it is not the latest,
-    and it reads a file (`needed`: data files and deletion vectors) the latest version does not
-    (`live`): vacuum never deletes those, so such a version stays whole. A version whose time cannot
-    be told (`commit_ms` None) counts as old. The answer does not depend on whether vacuum has run,
-    so a version is refused whole, the same way before and after, never answered in part."""
-    horizon = now_ms - retention_ms
+    retention): a version is before the horizon when its commit time is older than the horizon, it
+    is not the latest, and it reads a file (`needed`: data files and deletion vectors) the latest
+    version does not (`live`): vacuum never deletes those, so such a version stays whole. The horizon
+    is now - retention (vacuum keeps every file of a younger version: see the module docstring), or
+    later where a vacuum with a shorter, forced retention ran since the version was committed:
+    `vacuumed_ms`, the greatest cutoff of a VACUUM START after it (`start_cutoff`). A version whose
+    time cannot be told (`commit_ms` None) counts as old. The answer depends on the log alone, not on
+    which files happen to be left, so a version is refused whole, never answered in part."""
+    by_retention = now_ms - retention_ms
+    horizon = by_retention if vacuumed_ms is None else max(by_retention, vacuumed_ms)
     if version >= latest or (commit_ms is not None and commit_ms >= horizon):
         return
     if all(p in live for p in needed):
         return
     when = "an unknown time" if commit_ms is None else iso(commit_ms)
+    if horizon == by_retention:
+        why = f"now - delta.deletedFileRetentionDuration of {_hours(retention_ms)}"
+    elif horizon == UNKNOWN_CUTOFF:
+        why = "a later vacuum whose cutoff the log does not tell"
+    else:
+        why = "the cutoff of a later vacuum with a retention shorter than the table's"
     raise BeforeHorizon(
-        f"version {version} (committed {when}) is before the table's time-travel horizon {iso(horizon)} "
-        f"(now - delta.deletedFileRetentionDuration of {_hours(retention_ms)}): files it reads are no longer "
+        f"version {version} (committed {when}) is before the table's time-travel horizon "
+        f"{'(unknown)' if horizon == UNKNOWN_CUTOFF else iso(horizon)} ({why}): files it reads are no longer "
         "part of the table and vacuum may have deleted them; read a version committed after the horizon",
         horizon,
     )
+
+
+class VacuumCutoffs:
+    """The cutoffs of the VACUUM STARTs in the log, read once per commit and kept per table handle:
+    a time travel reads only the commits after its version it has not read before (commits after a
+    version inside the retention window are inside it too, so the work is bounded by the window)."""
+
+    def __init__(self) -> None:
+        #: the versions read so far, a contiguous run (None: none)
+        self.read: range | None = None
+        self.starts: dict[int, int] = {}
+
+    def after(self, storage: Storage, listing: Listing, version: int, latest: int) -> int | None:
+        """The greatest cutoff of a VACUUM START committed after `version`, through `latest`; None if
+        none. A commit gone from the log (a checkpoint standing for it, or cleaned up meanwhile) cannot
+        tell and is passed over: a read of a file vacuum deleted still fails whole (NotFound), never
+        answers in part. One that cannot be read for another reason raises."""
+        done = self.read
+        want = range(version + 1, latest + 1)
+        if done is not None:  # one run still: a gap between the two is read too
+            want = range(min(want.start, done.start), max(want.stop, done.stop))
+        todo = [v for v in want if done is None or v not in done]
+        if todo:
+            present = [v for v in todo if v in listing.commits]
+            for v, data in zip(present, read_many(storage, [listing.commits[v].path for v in present]), strict=True):
+                if isinstance(data, NotFound):
+                    continue
+                if isinstance(data, FeedlogError):
+                    raise data
+                if (cutoff := start_cutoff(data)) is not None:
+                    self.starts[v] = cutoff
+            self.read = want
+        return max((c for v, c in self.starts.items() if version < v <= latest), default=None)

@@ -16,11 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from feedlog.clock import ManualClock
+from feedlog.clock import ManualClock, SystemClock
 from feedlog.delta import DeltaTable, LocalStorage
 from feedlog.delta.managed import Binding
 from feedlog.delta.storage import FileInfo
-from feedlog.delta.vacuum import check_horizon, hidden, plan, relative
+from feedlog.delta.vacuum import UNKNOWN_CUTOFF, check_horizon, hidden, plan, relative, start_cutoff
 from feedlog.errors import BeforeHorizon, BeforeRetainedHistory, InvalidArgument, Unsupported
 
 from .conftest import SCHEMA, T0, counter_ids, rows, sorted_rows
@@ -104,6 +104,25 @@ def test_check_horizon_refuses_only_old_versions_that_read_files_the_latest_does
     with pytest.raises(BeforeHorizon, match="horizon 2026-09-24") as e:
         check_horizon(2, 5, T0, ["a", "gone"], {"a"}, now, keep)
     assert e.value.horizon_ms == now - keep
+
+
+def test_start_cutoff_reads_ours_and_other_engines_vacuum_starts() -> None:
+    def commit(info: dict[str, Any]) -> bytes:
+        return json.dumps({"commitInfo": info}).encode() + b"\n"
+
+    ours = {"timestamp": 5000, "operation": "VACUUM START", "feedlog": {"vacuum_cutoff_ms": 1234}}
+    spark = {"timestamp": 5000, "operation": "VACUUM START", "operationParameters": {"defaultRetentionMillis": "1000"}}
+    forced = {**spark, "operationParameters": {"specifiedRetentionMillis": "0", "defaultRetentionMillis": 1000}}
+    assert start_cutoff(commit(ours)) == 1234 and start_cutoff(commit(spark)) == 4000
+    assert start_cutoff(commit(forced)) == 5000
+    assert start_cutoff(commit({"operation": "VACUUM START"})) == UNKNOWN_CUTOFF
+    assert start_cutoff(commit({"timestamp": 5000, "operation": "VACUUM END"})) is None
+    assert start_cutoff(commit({"timestamp": 5000, "operation": "WRITE", "userMetadata": "VACUUM START"})) is None
+    now, keep = T0 + 10 * DAY, 7 * DAY
+    check_horizon(3, 5, now - DAY, ["gone"], set(), now, keep, now - 2 * DAY)  # committed after the cutoff
+    with pytest.raises(BeforeHorizon) as e:
+        check_horizon(3, 5, now - DAY, ["gone"], set(), now, keep, now - HOUR)
+    assert e.value.horizon_ms == now - HOUR
 
 
 # on disk
@@ -414,3 +433,48 @@ def test_vacuum_on_an_object_store(s3_server: S3Server, clock: ManualClock) -> N
     assert "p=a/junk.parquet" not in keys and "_hidden/keep" in keys
     assert sorted_rows(t.to_arrow(), "seq") == [(5,)]
     assert {f for f in keys if not f.startswith(("_delta_log", "_hidden"))} == live(t)
+
+
+def test_a_forced_vacuum_moves_the_horizon_to_its_cutoff(table: DeltaTable, clock: ManualClock) -> None:
+    """After `vacuum --retain 0s --force` the version before the overwrite (committed a day ago, well
+    inside the table's 7 days) has lost its files: it is refused whole, naming the vacuum's cutoff,
+    and stays refused after a later vacuum with the table's own (longer) retention."""
+    clock.set(T0 + DAY + HOUR)
+    assert table.to_arrow(1).num_rows == 4
+    r = table.vacuum(0, enforce_retention=False)
+    assert len(r.files) == 2
+    for read in (lambda: table.to_arrow(1), lambda: DeltaTable.open(table.storage, clock=clock).snapshot(1)):
+        with pytest.raises(BeforeHorizon, match=r"version 1 .* horizon .*vacuum") as e:
+            read()
+        assert e.value.horizon_ms == r.cutoff_ms == T0 + DAY + HOUR
+    with pytest.raises(BeforeHorizon):
+        table.to_arrow(timestamp_ms=T0 + 1)
+    assert table.to_arrow(0).num_rows == 0 and sorted_rows(table.to_arrow(2), "seq") == [(10,)]
+    clock.advance(HOUR)
+    table.vacuum()  # the table's 7 days: its cutoff is long before the forced one's
+    with pytest.raises(BeforeHorizon) as e:
+        DeltaTable.open(table.storage, clock=clock).to_arrow(1)
+    assert e.value.horizon_ms == T0 + DAY + HOUR
+
+
+def test_the_horizon_honours_another_engines_vacuum(tmp_path: Path, clock: ManualClock) -> None:
+    """delta-rs records no cutoff of ours: its VACUUM START's time less its retention stands for one.
+    (A table without in-commit timestamps, which delta-rs cannot write: its times are the files'.)"""
+    deltalake = pytest.importorskip("deltalake")
+    root = tmp_path / "t"
+    t = DeltaTable.create(root, SCHEMA, partition_by=["p"], in_commit_timestamps=False, clock=clock)
+    t.append(rows(0, 2, "a"))
+    t.append(rows(10, 1, "a"), mode="overwrite")
+    for f in data_files(root):
+        age(root, f, T0)
+    real = SystemClock().now_ms()  # delta-rs decides by the system clock
+    for v, when in ((0, real - 2 * HOUR), (1, real - 2 * HOUR), (2, real - HOUR)):
+        age(root, f"_delta_log/{v:020d}.json", when)
+    other = deltalake.DeltaTable(str(root))
+    other.vacuum(retention_hours=0, dry_run=False, full=True, enforce_retention_duration=False)
+    starts = [e for e in t.history() if e.operation == "VACUUM START"]
+    assert len(starts) == 1 and starts[0].timestamp is not None
+    clock.set(starts[0].timestamp + HOUR)  # version 1 is inside the table's 7 days
+    with pytest.raises(BeforeHorizon) as e:
+        DeltaTable.open(root, clock=clock).to_arrow(1)
+    assert abs(e.value.horizon_ms - starts[0].timestamp) < 60_000  # its commitInfo's time, the file's
