@@ -21,6 +21,9 @@ implementation must keep (the storage contract suite checks them):
   entered, and a symbolic link is neither entered nor listed (what it points to is not the table's).
   Memory stays bounded by the depth of the tree (or one page of an object-store listing), not by
   the number of files. The module's `walk(storage, prune)` is Unsupported where a storage has none.
+- `delete_dir(path)`, optional, removes the directory `path` if it is empty and says whether it did;
+  a directory that is not empty (written to meanwhile) or missing stays, False; never the root. A
+  storage without directories (an object store) has none, and the module's `delete_dir` is False.
 - `read_many(paths)`, optional, is `read` of each path in order with each failure (a FeedlogError)
   returned in its place; the module's `read_many(storage, paths)` uses it where a storage has it
   (a log replay's commit files: a local directory opened once, an object store's reads in flight
@@ -99,6 +102,12 @@ def walk(storage: Storage, prune: Callable[[str], bool] | None = None) -> Iterat
     if method is None:
         raise Unsupported(f"{storage.location}: this storage cannot list the table's files recursively")
     return iter(method(prune))
+
+
+def delete_dir(storage: Storage, path: str) -> bool:
+    """`storage.delete_dir(path)` where the storage has directories to delete, else False."""
+    method = getattr(storage, "delete_dir", None)
+    return bool(method(path)) if method is not None else False
 
 
 def put_new(storage: Storage, path: str, data: bytes) -> bool:
@@ -305,12 +314,16 @@ class LocalStorage:
         final = self._abs(path)
         directory = os.path.dirname(final)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:  # the directory first (not before every write: a mkdir that finds
-            # it there still locks the parent, and cost a committer as much as its fsync)
-            os.makedirs(directory, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        for attempt in range(3):
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileNotFoundError:  # the directory first (not before every write: a mkdir that
+                # finds it there still locks the parent, and cost a committer as much as its fsync);
+                # again if a vacuum removed it, empty, between the mkdir and the open
+                if attempt == 2:
+                    raise
+                os.makedirs(directory, exist_ok=True)
         try:
             self._write_all(fd, data)
         except BaseException:
@@ -408,6 +421,20 @@ class LocalStorage:
             pass
         except OSError as e:
             raise Unavailable(f"cannot delete {self._abs(path)}: {e.strerror}") from None
+
+    def delete_dir(self, path: str) -> bool:
+        """The contract's `delete_dir`: rmdir, which removes only an empty directory (never the root)."""
+        if not path:
+            return False
+        try:
+            os.rmdir(self._abs(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False  # written to meanwhile, or never empty: it stays
+            raise Unavailable(f"cannot delete {self._abs(path)}: {e.strerror}") from None
+        return True
 
 
 class MemoryStorage:

@@ -27,8 +27,11 @@ retention moves the time-travel horizon to it (`check_horizon`). A crash between
 readable table (only unreferenced files were deleted) and a START without an END; running vacuum
 again finishes the job.
 
-Deliberate differences: delta-spark also deletes empty directories (feedlog leaves them: an object
-store has none, and a partition directory may be written again). delta-rs's full mode treats only
+Directories left empty are deleted after the files (never the root or a hidden one), as delta-spark
+deletes empty ones; a writer that finds its directory gone makes it again (LocalStorage retries).
+
+Deliberate differences: delta-spark deletes a directory already empty when it lists it, and one its
+files leave empty at its next run; feedlog deletes both at once. delta-rs's full mode treats only
 the first path component as possibly hidden, so it deletes `p=a/.x` and `p=a/_tmp/y`, which
 delta-spark and feedlog keep.
 """
@@ -50,7 +53,7 @@ from .actions import DELETED_FILE_RETENTION, Add, Metadata, Remove
 from .log import Listing
 from .maintenance import check_maintainable, parse_interval
 from .replay import IctEnablement, TableState, ict_enablement
-from .storage import FileInfo, Storage, read_many, walk
+from .storage import FileInfo, Storage, delete_dir, read_many, walk
 from .timeline import Timeline, iso
 from .transaction import CommitResult, Transaction
 
@@ -76,6 +79,8 @@ class VacuumResult:
     #: the versions of the VACUUM START and END commits (None for a dry run)
     start_version: int | None = None
     end_version: int | None = None
+    #: directories left empty and deleted (none in a dry run, or on an object store)
+    directories_deleted: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -333,12 +338,12 @@ def vacuum(
     timeline = Timeline(storage, listing, enablement, relist)
     keep = referenced(storage, state, listing, enablement, timeline.file_time, cutoff)
     dirs = partition_dirs(state.metadata)
-    walked: set[str] = set()
+    walked: list[str] = []  # parents before children (a directory is found in its parent's listing)
 
     def prune(directory: str) -> bool:
         if hidden(directory.rsplit("/", 1)[-1], dirs):
             return True
-        walked.add(directory)
+        walked.append(directory)
         return False
 
     doomed = list(plan(walk(storage, prune), keep.paths, cutoff, dirs))
@@ -373,14 +378,20 @@ def vacuum(
                     meanwhile.update(p for p in (relative(r, storage.location) for r in commit_files(data, v)) if p)
             doomed = [info for info in doomed if info.path not in meanwhile]
         deleted = delete_files(storage, doomed)
+        # then the directories left empty, children first (delta-spark deletes empty directories
+        # too): only walked ones, so never the root, `_delta_log`, `_feedlog` or a hidden one; rmdir
+        # removes only an empty one, so one a writer has put a file in since stays
+        emptied = sum(1 for d in reversed(walked) if delete_dir(storage, d))
     except Exception:
         with contextlib.suppress(FeedlogError):  # what the delete raised is what the caller must see
             _end(transaction, commit, "FAILED", deleted, n_dirs)
         raise
     failpoints.point("vacuum.deleted")
-    ended = _end(transaction, commit, "COMPLETED", deleted, n_dirs)
+    # numDeletedFiles counts the directories too, as delta-spark's does ("Deleted N files and
+    # directories in a total of M directories", M its numVacuumedDirectories: those it listed)
+    ended = _end(transaction, commit, "COMPLETED", deleted + emptied, n_dirs)
     files, size = [i.path for i in doomed], sum(i.size or 0 for i in doomed)
-    return VacuumResult(False, files, size, n_dirs, retention, cutoff, started.version, ended.version)
+    return VacuumResult(False, files, size, n_dirs, retention, cutoff, started.version, ended.version, emptied)
 
 
 def _end(

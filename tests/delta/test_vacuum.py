@@ -190,6 +190,37 @@ def test_partition_directories_are_walked_and_hidden_names_untouched(table: Delt
     assert sorted_rows(table.to_arrow(), "seq") == [(10,)]
 
 
+def test_directories_vacuum_leaves_empty_are_deleted_but_never_the_roots_or_hidden_ones(
+    table: DeltaTable, clock: ManualClock
+) -> None:
+    """As delta-spark deletes empty directories; it counts them with the files (numDeletedFiles, "Deleted
+    N files and directories"), and numVacuumedDirectories is the directories it listed, root included."""
+    root = root_of(table)
+    old = T0 - 30 * DAY
+    put(root, "p=b/deeper/junk.parquet", old)  # p=b holds only version 1's file and this: both go
+    put(root, "p=c/young.parquet", T0 + 29 * DAY)  # younger than the retention: p=c stays
+    put(root, "p=a/_tmp/w", old)  # hidden: kept, and so p=a (which holds the live file anyway)
+    for empty in ("q=1/r=2", "_feedlog/empty", "_x", ".hidden", "p=a/_empty", "_delta_log/_staged_commits"):
+        (root / empty).mkdir(parents=True, exist_ok=True)
+    clock.set(T0 + 30 * DAY)
+    r = table.vacuum()
+    assert len(r.files) == 3 and "p=b/deeper/junk.parquet" in r.files  # and version 1's two
+    gone = {"p=b", "p=b/deeper", "q=1", "q=1/r=2"}
+    for d in gone:
+        assert not (root / d).exists(), d
+    for d in ("p=a", "p=a/_tmp", "p=a/_empty", "p=c", "_feedlog/empty", "_x", ".hidden", "_delta_log/_staged_commits"):
+        assert (root / d).is_dir(), d
+    assert r.directories_deleted == len(gone)
+    end = json.loads(_first_line(table, r.end_version or 0))["commitInfo"]
+    assert end["operationMetrics"] == {
+        "numDeletedFiles": str(len(r.files) + len(gone)),
+        "numVacuumedDirectories": "7",  # the root, p=a, p=b, p=b/deeper, p=c, q=1, q=1/r=2
+    }
+    assert sorted_rows(table.to_arrow(), "seq") == [(10,)]
+    again = table.vacuum()  # nothing left to delete, and nothing else touched
+    assert again.files == [] and again.directories_deleted == 0 and (root / "p=c/young.parquet").exists()
+
+
 def test_vacuum_commits_start_and_end_with_delta_spark_names(table: DeltaTable, clock: ManualClock) -> None:
     clock.set(T0 + 30 * DAY)
     r = table.vacuum()
@@ -199,7 +230,7 @@ def test_vacuum_commits_start_and_end_with_delta_spark_names(table: DeltaTable, 
     assert start["operationParameters"] == {"retentionCheckEnabled": True, "defaultRetentionMillis": 7 * DAY}
     assert start["operationMetrics"] == {"numFilesToDelete": "2", "sizeOfDataToDelete": str(r.size)}
     assert end["operationParameters"] == {"status": "COMPLETED"}
-    assert end["operationMetrics"]["numDeletedFiles"] == "2"
+    assert end["operationMetrics"]["numDeletedFiles"] == "3"  # and p=b, left empty
     assert [e.operation for e in table.history(2)] == ["VACUUM END", "VACUUM START"]
 
 
