@@ -340,7 +340,7 @@ def cmd_vacuum(ns: argparse.Namespace) -> None:
     r = open_table(ns).vacuum(retain, dry_run=ns.dry_run, enforce_retention=not ns.force)
     doc: dict[str, Json] = {
         "dry_run": r.dry_run,
-        "files": r.files,
+        "files": list(r.files),
         "size": r.size,
         "directories": r.directories,
         "directories_deleted": r.directories_deleted,

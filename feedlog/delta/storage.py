@@ -16,9 +16,11 @@ implementation must keep (the storage contract suite checks them):
 - `write_atomic(path, data)` replaces the file all at once (readers see old or new, never a mix).
 - `delete(path)` removes the file; deleting a missing file is not an error.
 - `stat(path)` returns the file's size and modification time (ms) or raises NotFound.
-- `walk(prune)`, optional, streams every file under the table root, recursively, with size and
+- `walk(prune, skip)`, optional, streams every file under the table root, recursively, with size and
   modification time, in no particular order: directories for which `prune(dir)` is true are not
   entered, and a symbolic link is neither entered nor listed (what it points to is not the table's).
+  `skip(dir)`, if given, names files in `dir` to pass over unlisted (a local walk need not stat
+  them: vacuum's referenced files).
   Memory stays bounded by the depth of the tree (or one page of an object-store listing), not by
   the number of files. The module's `walk(storage, prune)` is Unsupported where a storage has none.
 - `delete_dir(path)`, optional, removes the directory `path` if it is empty and says whether it did;
@@ -43,7 +45,7 @@ import errno
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from stat import S_ISREG
 from typing import NamedTuple, Protocol
 
@@ -95,13 +97,31 @@ def read_many(storage: Storage, paths: Sequence[str]) -> list[bytes | FeedlogErr
     return out
 
 
-def walk(storage: Storage, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+def walk(
+    storage: Storage,
+    prune: Callable[[str], bool] | None = None,
+    skip: Callable[[str], Container[str]] | None = None,
+) -> Iterator[FileInfo]:
     """Every file under the table root, recursively (`walk` in the contract above); Unsupported for a
     storage that cannot list recursively."""
     method = getattr(storage, "walk", None)
     if method is None:
         raise Unsupported(f"{storage.location}: this storage cannot list the table's files recursively")
-    return iter(method(prune))
+    return iter(method(prune, skip))
+
+
+def delete_in(storage: Storage, directory: str, names: Iterable[str]) -> int:
+    """Delete the files `names` of `directory` (a missing one is no error), through the storage's own
+    `delete_in` where it has one (a local directory opened once; an object store's bulk delete), else
+    one `delete` after another. The number of names taken."""
+    method = getattr(storage, "delete_in", None)
+    if method is not None:
+        return int(method(directory, names))
+    n = 0
+    for name in names:
+        storage.delete(f"{directory}/{name}" if directory else name)
+        n += 1
+    return n
 
 
 def delete_dir(storage: Storage, path: str) -> bool:
@@ -205,25 +225,30 @@ class LocalStorage:
         out.sort()
         return out
 
-    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+    def walk(
+        self, prune: Callable[[str], bool] | None = None, skip: Callable[[str], Container[str]] | None = None
+    ) -> Iterator[FileInfo]:
         """Every regular file under the root (the contract's `walk`): a depth-first scan that holds one
-        open directory per level; `lstat` data only, so a symbolic link is never followed."""
+        open directory at a time; `lstat` data only, so a symbolic link is never followed. A skipped
+        name is not statted (the directory entry's type says what it is)."""
         stack = [""]
         while stack:
             directory = stack.pop()
             prefix = f"{directory}/" if directory else ""
+            passed = () if skip is None else skip(directory)
             try:
                 with os.scandir(self._abs(directory)) as it:
                     for entry in it:
+                        name = entry.name
                         if entry.is_dir(follow_symlinks=False):
-                            if prune is None or not prune(prefix + entry.name):
-                                stack.append(prefix + entry.name)
-                        elif entry.is_file(follow_symlinks=False):
+                            if prune is None or not prune(prefix + name):
+                                stack.append(prefix + name)
+                        elif name not in passed and entry.is_file(follow_symlinks=False):
                             try:
                                 st = entry.stat(follow_symlinks=False)
                             except FileNotFoundError:
                                 continue  # deleted since the directory was read
-                            yield FileInfo(prefix + entry.name, st.st_size, st.st_mtime_ns // 1_000_000)
+                            yield FileInfo(prefix + name, st.st_size, st.st_mtime_ns // 1_000_000)
             except FileNotFoundError:
                 continue  # removed while walking (or no table directory at all)
             except OSError as e:
@@ -422,6 +447,30 @@ class LocalStorage:
         except OSError as e:
             raise Unavailable(f"cannot delete {self._abs(path)}: {e.strerror}") from None
 
+    def delete_in(self, directory: str, names: Iterable[str]) -> int:
+        """The module's `delete_in`: unlink relative to the directory, opened once (not a path lookup
+        from the root per file)."""
+        where = self._abs(directory)
+        n = 0
+        try:
+            dfd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return sum(1 for _ in names)  # gone, and its files with it
+        except OSError as e:
+            raise Unavailable(f"cannot open {where}: {e.strerror}") from None
+        try:
+            for name in names:
+                n += 1
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise Unavailable(f"cannot delete {os.path.join(where, name)}: {e.strerror}") from None
+        finally:
+            os.close(dfd)
+        return n
+
     def delete_dir(self, path: str) -> bool:
         """The contract's `delete_dir`: rmdir, which removes only an empty directory (never the root)."""
         if not path:
@@ -484,12 +533,16 @@ class MemoryStorage:
         out.sort()
         return out
 
-    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+    def walk(
+        self, prune: Callable[[str], bool] | None = None, skip: Callable[[str], Container[str]] | None = None
+    ) -> Iterator[FileInfo]:
         with self._lock:
-            found = [(p, len(data), mtime) for p, (data, mtime) in self._files.items()]
+            found = sorted((p, len(data), mtime) for p, (data, mtime) in self._files.items())
         for path, size, mtime in found:
             parts = path.split("/")[:-1]
             if prune is not None and any(prune("/".join(parts[: i + 1])) for i in range(len(parts))):
+                continue
+            if skip is not None and path.rpartition("/")[2] in skip(path.rpartition("/")[0]):
                 continue
             yield FileInfo(path, size, mtime)
 

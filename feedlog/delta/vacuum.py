@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 import urllib.parse
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +54,7 @@ from .actions import DELETED_FILE_RETENTION, Add, Metadata, Remove
 from .log import Listing
 from .maintenance import check_maintainable, parse_interval
 from .replay import IctEnablement, TableState, ict_enablement
-from .storage import FileInfo, Storage, delete_dir, read_many, walk
+from .storage import FileInfo, Storage, delete_dir, delete_in, read_many, walk
 from .timeline import Timeline, iso
 from .transaction import CommitResult, Transaction
 
@@ -67,8 +68,8 @@ class VacuumResult:
     """What a vacuum deleted (or, dry run, would delete)."""
 
     dry_run: bool
-    #: the deleted files (dry run: those that would be), relative to the table root, sorted
-    files: list[str]
+    #: the deleted files (dry run: those that would be), relative to the table root, in listing order
+    files: Paths
     #: their total size in bytes
     size: int
     #: directories walked
@@ -222,13 +223,139 @@ def partition_dirs(metadata: Metadata) -> list[str]:
 # the I/O edge
 
 
+class PathSet:
+    """Relative paths grouped by directory, so a walk can pass over a directory's referenced files
+    without a stat (`names`) and membership costs no joined string per listed file."""
+
+    def __init__(self, paths: Iterable[str] = ()) -> None:
+        self.dirs: dict[str, set[str]] = {}
+        for path in paths:
+            self.add(path)
+
+    def add(self, path: str) -> None:
+        directory, _, name = path.rpartition("/")
+        names = self.dirs.get(directory)
+        if names is None:
+            names = self.dirs[directory] = set()
+        names.add(name)
+
+    def names(self, directory: str) -> Container[str]:
+        return self.dirs.get(directory, _NONE)
+
+    def __contains__(self, path: object) -> bool:
+        if not isinstance(path, str):
+            return False
+        directory, _, name = path.rpartition("/")
+        return name in self.dirs.get(directory, _NONE)
+
+    def __len__(self) -> int:
+        return sum(len(n) for n in self.dirs.values())
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+class Paths:
+    """The files vacuum deletes, compact, in listing order: `path NUL size NUL` records (no path holds a
+    NUL) in one spooled buffer, in memory up to `spill_bytes` and in a temporary file (TMPDIR) past
+    it, with their count and total size. Listing millions of files holds no Python object per file,
+    and reading them back streams. A Collection: len, iteration, `in` (a scan)."""
+
+    def __init__(self, spill_bytes: int | None = None) -> None:
+        limit = SPILL_BYTES if spill_bytes is None else spill_bytes
+        self._buf = tempfile.SpooledTemporaryFile(max_size=limit)  # noqa: SIM115 (lives as long as this)
+        self._end = 0
+        self.count = 0
+        self.size = 0
+
+    def add(self, path: str, size: int) -> None:
+        self._end += self._buf.write(b"%b\0%d\0" % (path.encode("utf-8", "surrogateescape"), size))
+        self.count += 1
+        self.size += size
+
+    @property
+    def spilled(self) -> bool:
+        return bool(getattr(self._buf, "_rolled", False))
+
+    def _chunks(self) -> Iterator[list[bytes]]:
+        """The records (path, size, path, size...), a chunk of whole pairs at a time."""
+        buf, end = self._buf, self._end
+        pos, rest = 0, b""
+        try:
+            while pos < end:
+                buf.seek(pos)  # (again: two readers may take turns)
+                block = buf.read(min(_READ_BLOCK, end - pos))
+                pos += len(block)
+                parts = (rest + block).split(b"\0")
+                rest = parts.pop()
+                if len(parts) % 2:
+                    rest = parts.pop() + b"\0" + rest
+                yield parts
+        finally:
+            buf.seek(end)  # where the next `add` writes, however far this reader got
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self._chunks():
+            for raw in chunk[::2]:
+                yield raw.decode("utf-8", "surrogateescape")
+
+    def sized(self) -> Iterator[tuple[str, int]]:
+        """(path, size) of each."""
+        for chunk in self._chunks():
+            for i in range(0, len(chunk), 2):
+                yield chunk[i].decode("utf-8", "surrogateescape"), int(chunk[i + 1])
+
+    def by_directory(self, most: int) -> Iterator[tuple[str, list[str]]]:
+        """(directory, names) for each run of paths in one directory, at most `most` names a run."""
+        current: str | None = None
+        names: list[str] = []
+        for path in self:
+            directory, _, name = path.rpartition("/")
+            if directory != current or len(names) >= most:
+                if names:
+                    assert current is not None
+                    yield current, names
+                current, names = directory, []
+            names.append(name)
+        if names:
+            assert current is not None
+            yield current, names
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __contains__(self, path: object) -> bool:
+        return any(p == path for p in self)
+
+    def __repr__(self) -> str:
+        return f"Paths({self.count} files, {self.size} bytes)"
+
+    def close(self) -> None:
+        self._buf.close()
+
+
+#: bytes of paths `Paths` keeps in memory before it spills them to a temporary file (~100k paths)
+SPILL_BYTES = 8 << 20
+_READ_BLOCK = 1 << 20
+
+
 @dataclass
 class Referenced:
     """The decoded relative paths vacuum keeps, and how far back the window's commits were read."""
 
-    paths: set[str]
+    paths: PathSet
     #: the oldest version whose commit was read as inside the window (None: none was)
     oldest: int | None
+
+
+def _add_files(raw: set[str], actions: Iterable[Add | Remove]) -> None:
+    """`files_of(actions)` into `raw` (the loop inlined: it runs once per live file)."""
+    add = raw.add
+    for a in actions:
+        add(a.path)
+        d = a.extra.get("deletionVector")
+        if d is not None and (p := _dv_path(d)) is not None:
+            add(p)
 
 
 def referenced(
@@ -243,9 +370,10 @@ def referenced(
     files of `state` (the latest), its tombstones deleted since the cutoff, and every file the commits
     since the cutoff name, read newest first until one older than the cutoff."""
     where = storage.location
-    raw: set[str] = set(files_of(state.files.values()))
+    raw: set[str] = set()
+    _add_files(raw, state.files.values())
     recent = [r for r in state.tombstones.values() if r.deletion_timestamp is None or r.deletion_timestamp >= cutoff_ms]
-    raw.update(files_of(recent))
+    _add_files(raw, recent)
     oldest = None
     for v in sorted((v for v in listing.commits if v <= state.version), reverse=True):
         if enablement is None or v < enablement.version:  # a file time: known before reading the file
@@ -261,7 +389,12 @@ def referenced(
             break
         raw.update(commit_files(data, v))
         oldest = v
-    paths = {p for p in (relative(r, where) for r in raw) if p is not None}
+    paths = PathSet()
+    for r in raw:
+        if "%" not in r and ":" not in r and r[:1] != "/":
+            paths.add(r)  # the usual relative path, nothing encoded (`relative` would return it)
+        elif (rel := relative(r, where)) is not None:
+            paths.add(rel)
     return Referenced(paths, oldest)
 
 
@@ -284,26 +417,39 @@ def _commit_time(
 
 
 #: deletes in flight at once (a local unlink and an object store's DELETE both wait without the GIL)
-DELETE_PARALLEL = 8
+DELETE_PARALLEL = 4
+#: most names one delete call takes (S3's DeleteObjects takes 1000 keys a request)
+DELETE_BATCH = 1000
 
 
-def delete_files(storage: Storage, doomed: Sequence[FileInfo]) -> int:
-    """Delete `doomed`, `DELETE_PARALLEL` at a time; the number deleted (all, or the first error is
-    raised). A fail point before each delete (crash tests)."""
+def delete_files(storage: Storage, doomed: Paths, spare: Container[str] = _NONE) -> int:
+    """Delete `doomed` but `spare`, a directory's run at a time (`storage.delete_in`), up to
+    `DELETE_PARALLEL` runs at once and as many more queued (memory stays bounded); the number deleted
+    (all, or the first error is raised). A fail point before each delete (crash tests)."""
 
-    def some(infos: Sequence[FileInfo]) -> None:
-        for info in infos:
-            failpoints.point("vacuum.delete")
-            storage.delete(info.path)
+    def names(directory: str, batch: list[str]) -> Iterator[str]:
+        prefix = f"{directory}/" if directory else ""
+        for name in batch:
+            if spare is _NONE or prefix + name not in spare:
+                failpoints.point("vacuum.delete")
+                yield name
 
-    if len(doomed) < 2 * DELETE_PARALLEL:
-        some(doomed)
-        return len(doomed)
-    # one slice per thread (a future per file cost more than the unlink it waited for)
+    def one(run: tuple[str, list[str]]) -> int:
+        return delete_in(storage, run[0], names(*run))
+
+    runs = doomed.by_directory(DELETE_BATCH)
+    if len(doomed) < 2 * DELETE_BATCH:
+        return sum(one(run) for run in runs)
+    deleted = 0
     with ThreadPoolExecutor(DELETE_PARALLEL, thread_name_prefix="feedlog-vacuum") as pool:
-        for _ in pool.map(some, [doomed[i::DELETE_PARALLEL] for i in range(DELETE_PARALLEL)]):
-            pass
-    return len(doomed)
+        pending: set[Future[int]] = set()
+        for run in runs:
+            if len(pending) >= 2 * DELETE_PARALLEL:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                deleted += sum(f.result() for f in done)
+            pending.add(pool.submit(one, run))
+        deleted += sum(f.result() for f in pending)
+    return deleted
 
 
 def vacuum(
@@ -338,20 +484,23 @@ def vacuum(
     timeline = Timeline(storage, listing, enablement, relist)
     keep = referenced(storage, state, listing, enablement, timeline.file_time, cutoff)
     dirs = partition_dirs(state.metadata)
-    walked: list[str] = []  # parents before children (a directory is found in its parent's listing)
+    walked: dict[str, None] = {}  # parents before children (a directory is found in its parent's listing)
 
     def prune(directory: str) -> bool:
         if hidden(directory.rsplit("/", 1)[-1], dirs):
             return True
-        walked.append(directory)
+        walked[directory] = None
         return False
 
-    doomed = list(plan(walk(storage, prune), keep.paths, cutoff, dirs))
-    doomed.sort()
-    size = sum(info.size or 0 for info in doomed)
+    # the referenced files are passed over unlisted (a local walk does not even stat them); the rule
+    # (`plan`) decides on the rest, and what it dooms is kept compact (Paths) until it is deleted
+    doomed = Paths()
+    for info in plan(walk(storage, prune, keep.paths.names), keep.paths, cutoff, dirs):
+        doomed.add(info.path, info.size or 0)
+    keep = Referenced(PathSet(), keep.oldest)  # done with: free it before deleting
     n_dirs = len(walked) + 1  # the table root too
     if dry_run:
-        return VacuumResult(True, [i.path for i in doomed], size, n_dirs, retention, cutoff)
+        return VacuumResult(True, doomed, doomed.size, n_dirs, retention, cutoff)
     assert transaction is not None and commit is not None
     start_tx = transaction("VACUUM START")
     start_tx.operation_parameters = {
@@ -360,7 +509,7 @@ def vacuum(
         **({} if retain_ms is None else {"specifiedRetentionMillis": retain_ms}),
     }
     start_tx.info_extra = {
-        "operationMetrics": {"numFilesToDelete": str(len(doomed)), "sizeOfDataToDelete": str(size)},
+        "operationMetrics": {"numFilesToDelete": str(len(doomed)), "sizeOfDataToDelete": str(doomed.size)},
         # the time-travel horizon this vacuum sets (`start_cutoff`): exact, where delta-spark's own
         # START leaves it to be told from its time and parameters
         "feedlog": {CUTOFF_FIELD: cutoff},
@@ -370,14 +519,24 @@ def vacuum(
     failpoints.point("vacuum.started")
     deleted = 0
     try:
+        meanwhile: Container[str] = _NONE
         if reread is not None and started.version > state.version + 1:
             # commits made while vacuum decided: what they name is referenced now, so it stays
-            meanwhile: set[str] = set()
+            named = PathSet()
             for v, data in reread(state.version):
                 if v < started.version:
-                    meanwhile.update(p for p in (relative(r, storage.location) for r in commit_files(data, v)) if p)
-            doomed = [info for info in doomed if info.path not in meanwhile]
-        deleted = delete_files(storage, doomed)
+                    for r in commit_files(data, v):
+                        if (p := relative(r, storage.location)) is not None:
+                            named.add(p)
+            if len(named):
+                meanwhile = named
+                kept = Paths()
+                for path, size in doomed.sized():
+                    if path not in named:
+                        kept.add(path, size)
+                doomed.close()
+                doomed = kept
+        deleted = delete_files(storage, doomed, meanwhile)
         # then the directories left empty, children first (delta-spark deletes empty directories
         # too): only walked ones, so never the root, `_delta_log`, `_feedlog` or a hidden one; rmdir
         # removes only an empty one, so one a writer has put a file in since stays
@@ -390,8 +549,7 @@ def vacuum(
     # numDeletedFiles counts the directories too, as delta-spark's does ("Deleted N files and
     # directories in a total of M directories", M its numVacuumedDirectories: those it listed)
     ended = _end(transaction, commit, "COMPLETED", deleted + emptied, n_dirs)
-    files, size = [i.path for i in doomed], sum(i.size or 0 for i in doomed)
-    return VacuumResult(False, files, size, n_dirs, retention, cutoff, started.version, ended.version, emptied)
+    return VacuumResult(False, doomed, doomed.size, n_dirs, retention, cutoff, started.version, ended.version, emptied)
 
 
 def _end(

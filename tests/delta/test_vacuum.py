@@ -18,9 +18,10 @@ import pytest
 
 from feedlog.clock import ManualClock, SystemClock
 from feedlog.delta import DeltaTable, LocalStorage
+from feedlog.delta import vacuum as vacuum_module
 from feedlog.delta.managed import Binding
 from feedlog.delta.storage import FileInfo
-from feedlog.delta.vacuum import UNKNOWN_CUTOFF, check_horizon, hidden, plan, relative, start_cutoff
+from feedlog.delta.vacuum import UNKNOWN_CUTOFF, Paths, check_horizon, hidden, plan, relative, start_cutoff
 from feedlog.errors import BeforeHorizon, BeforeRetainedHistory, InvalidArgument, Unsupported
 
 from .conftest import SCHEMA, T0, counter_ids, rows, sorted_rows
@@ -125,6 +126,36 @@ def test_start_cutoff_reads_ours_and_other_engines_vacuum_starts() -> None:
     assert e.value.horizon_ms == now - HOUR
 
 
+def test_the_files_to_delete_are_kept_compact_and_spill_past_a_bound(tmp_path: Path) -> None:
+    paths = Paths(spill_bytes=4096)
+    want = [(f"p={i % 7}/part-{i:06d}-é.parquet", i) for i in range(5000)]
+    for path, size in want:
+        paths.add(path, size)
+    assert paths.spilled and len(paths) == 5000 and paths.size == sum(s for _, s in want)
+    assert list(paths.sized()) == want and list(paths) == [p for p, _ in want]
+    assert "p=3/part-000003-é.parquet" in paths and "p=3/nope" not in paths
+    runs = list(paths.by_directory(most=2))
+    assert runs[:2] == [("p=0", ["part-000000-é.parquet"]), ("p=1", ["part-000001-é.parquet"])]
+    small = Paths()
+    small.add("x", 1)
+    assert not small.spilled and list(small.by_directory(10)) == [("", ["x"])]
+
+
+def test_a_vacuum_that_spills_its_list_deletes_the_same_files(
+    table: DeltaTable, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = root_of(table)
+    junk = {f"p={i % 3}/junk-{i:04d}.parquet" for i in range(300)}
+    for rel in junk:
+        put(root, rel, T0 - 30 * DAY)
+    clock.set(T0 + 30 * DAY)
+    monkeypatch.setattr(vacuum_module, "SPILL_BYTES", 512)
+    monkeypatch.setattr(vacuum_module, "DELETE_BATCH", 7)  # many runs, several in flight at once
+    r = table.vacuum()
+    assert r.files.spilled and len(r.files) == 302 and junk <= set(r.files)
+    assert data_files(root) == live(table)
+
+
 # on disk
 
 
@@ -153,7 +184,7 @@ def test_a_file_removed_inside_the_retention_survives(table: DeltaTable, clock: 
     before = data_files(root)
     clock.set(T0 + 7 * DAY)  # removed at T0 + 1 day: six days ago, inside the 7-day retention
     r = table.vacuum()
-    assert r.files == [] and data_files(root) == before
+    assert list(r.files) == [] and data_files(root) == before
     assert table.to_arrow(1).num_rows == 4  # the version before the removal still reads whole
     clock.set(T0 + 9 * DAY)
     r = table.vacuum()
@@ -218,7 +249,7 @@ def test_directories_vacuum_leaves_empty_are_deleted_but_never_the_roots_or_hidd
     }
     assert sorted_rows(table.to_arrow(), "seq") == [(10,)]
     again = table.vacuum()  # nothing left to delete, and nothing else touched
-    assert again.files == [] and again.directories_deleted == 0 and (root / "p=c/young.parquet").exists()
+    assert list(again.files) == [] and again.directories_deleted == 0 and (root / "p=c/young.parquet").exists()
 
 
 def test_vacuum_commits_start_and_end_with_delta_spark_names(table: DeltaTable, clock: ManualClock) -> None:
