@@ -117,6 +117,8 @@ def _hours(ms: int) -> str:
 def hidden(path: str, partition_dirs: Sequence[str] = ()) -> bool:
     """Whether `path` (relative to the table root) is under, or is, a hidden name: a component starting
     with `_` or `.`, except `_change_data`, `_delta_index` and partition directories (`col=` prefixes)."""
+    if path[:1] not in ("_", ".") and "/_" not in path and "/." not in path:
+        return False  # no component starts so (most paths: checked without splitting them)
     for part in path.split("/"):
         if part[:1] not in ("_", "."):
             continue
@@ -371,7 +373,12 @@ def referenced(
     since the cutoff name, read newest first until one older than the cutoff."""
     where = storage.location
     raw: set[str] = set()
-    _add_files(raw, state.files.values())
+    assert state.protocol is not None
+    features = set(state.protocol.reader_features or ()) | set(state.protocol.writer_features or ())
+    if "deletionVectors" in features:
+        _add_files(raw, state.files.values())
+    else:
+        raw.update(state.files)  # keyed by path, and no deletion vectors: no add need be decoded
     recent = [r for r in state.tombstones.values() if r.deletion_timestamp is None or r.deletion_timestamp >= cutoff_ms]
     _add_files(raw, recent)
     oldest = None

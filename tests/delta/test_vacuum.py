@@ -20,6 +20,7 @@ from feedlog.clock import ManualClock, SystemClock
 from feedlog.delta import DeltaTable, LocalStorage
 from feedlog.delta import vacuum as vacuum_module
 from feedlog.delta.managed import Binding
+from feedlog.delta.replay import LazyActions
 from feedlog.delta.storage import FileInfo
 from feedlog.delta.vacuum import UNKNOWN_CUTOFF, Paths, check_horizon, hidden, plan, relative, start_cutoff
 from feedlog.errors import BeforeHorizon, BeforeRetainedHistory, InvalidArgument, Unsupported
@@ -250,6 +251,27 @@ def test_directories_vacuum_leaves_empty_are_deleted_but_never_the_roots_or_hidd
     assert sorted_rows(table.to_arrow(), "seq") == [(10,)]
     again = table.vacuum()  # nothing left to delete, and nothing else touched
     assert list(again.files) == [] and again.directories_deleted == 0 and (root / "p=c/young.parquet").exists()
+
+
+def test_vacuum_decodes_neither_the_checkpoints_adds_nor_the_commit_it_stands_for(
+    table: DeltaTable, clock: ManualClock
+) -> None:
+    """What made 100k files slow: every live add decoded for its path (the state's keys are the paths),
+    and the whole commit at the checkpoint's version decoded for its commitInfo (its line is enough;
+    the checkpoint stands for the rest, as delta-spark and delta-rs never read that commit at all)."""
+    root = root_of(table)
+    table.checkpoint()  # at 2
+    commit2 = root / "_delta_log" / f"{2:020d}.json"
+    lines = commit2.read_text().splitlines()
+    assert lines[0].startswith('{"commitInfo"')
+    commit2.write_text("\n".join([lines[0], "not an action", *lines[1:]]) + "\n")
+    clock.set(T0 + 30 * DAY)
+    fresh = DeltaTable.open(root, clock=clock)
+    r = fresh.vacuum(dry_run=True)
+    assert len(r.files) == 2
+    files = fresh._cache.files if fresh._cache is not None else None
+    assert isinstance(files, LazyActions) and all(isinstance(v, int) for v in files._live.values())
+    assert fresh.snapshot().state.ict == json.loads(lines[0])["commitInfo"]["inCommitTimestamp"]
 
 
 def test_vacuum_commits_start_and_end_with_delta_spark_names(table: DeltaTable, clock: ManualClock) -> None:
