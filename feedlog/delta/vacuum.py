@@ -30,6 +30,10 @@ again finishes the job.
 Directories left empty are deleted after the files (never the root or a hidden one), as delta-spark
 deletes empty ones; a writer that finds its directory gone makes it again (LocalStorage retries).
 
+Memory: the referenced paths (one per live file, as the latest state holds anyway) and one
+directory's listing at a time; the files to delete go to a spooled buffer (`Paths`: a temporary
+file past 8 MiB), not a Python object each, and are deleted a directory's run at a time.
+
 Deliberate differences: delta-spark deletes a directory already empty when it lists it, and one its
 files leave empty at its next run; feedlog deletes both at once. delta-rs's full mode treats only
 the first path component as possibly hidden, so it deletes `p=a/.x` and `p=a/_tmp/y`, which
