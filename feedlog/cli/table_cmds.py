@@ -340,9 +340,10 @@ def cmd_vacuum(ns: argparse.Namespace) -> None:
     r = open_table(ns).vacuum(retain, dry_run=ns.dry_run, enforce_retention=not ns.force)
     doc: dict[str, Json] = {
         "dry_run": r.dry_run,
-        "files": r.files,
+        "files": list(r.files),
         "size": r.size,
         "directories": r.directories,
+        "directories_deleted": r.directories_deleted,
         "retention_ms": r.retention_ms,
         "cutoff": r.cutoff_ms,
         "start_version": r.start_version,
@@ -354,9 +355,11 @@ def cmd_vacuum(ns: argparse.Namespace) -> None:
         for path in r.files if r.dry_run else ():
             print(path)
         versions = "" if r.dry_run else f" (versions {r.start_version} and {r.end_version})"
+        left = plural(r.directories_deleted, "directory", "directories")
+        dirs = f", and {left} left empty" if r.directories_deleted else ""
         print(
             f"{verb} {plural(len(r.files), 'file')} ({r.size} bytes) unreferenced since before "
-            f"{fmt_ts(r.cutoff_ms)}{versions}"
+            f"{fmt_ts(r.cutoff_ms)}{dirs}{versions}"
         )
 
     emit(ns, doc, human)

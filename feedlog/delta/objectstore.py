@@ -31,7 +31,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import timedelta
@@ -399,7 +399,9 @@ class ObjectStorage:
         out.sort()
         return out
 
-    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+    def walk(
+        self, prune: Callable[[str], bool] | None = None, skip: Callable[[str], Container[str]] | None = None
+    ) -> Iterator[FileInfo]:
         """Every object under the table's prefix (the storage contract's `walk`): one delimited listing
         of the top level, so a pruned top-level directory (`_delta_log/`) is never listed, then a
         streamed listing of each other prefix, a page at a time. Deeper directories are pruned by
@@ -407,7 +409,7 @@ class ObjectStorage:
         with self._errors("list", ""):
             top = obstore.list_with_delimiter(self.store, None)
         for meta in top["objects"]:
-            if info := self._info_of(meta, prune):
+            if info := self._info_of(meta, prune, skip):
                 yield info
         for prefix in sorted(top["common_prefixes"]):
             name = prefix.rstrip("/")
@@ -421,11 +423,17 @@ class ObjectStorage:
                     if page is None:
                         break
                     for meta in page:
-                        if info := self._info_of(meta, prune):
+                        if info := self._info_of(meta, prune, skip):
                             yield info
 
-    def _info_of(self, meta: Any, prune: Callable[[str], bool] | None) -> FileInfo | None:
+    def _info_of(
+        self, meta: Any, prune: Callable[[str], bool] | None, skip: Callable[[str], Container[str]] | None
+    ) -> FileInfo | None:
         path = str(meta["path"])
+        if skip is not None:
+            directory, _, name = path.rpartition("/")
+            if name in skip(directory):
+                return None
         if self._scheme == "file" and "#" in path.rsplit("/", 1)[-1]:  # obstore's local in-flight file
             return None
         parts = path.split("/")[:-1]
@@ -537,6 +545,20 @@ class ObjectStorage:
             except FileNotFoundError as e:
                 if "NoSuchBucket" in str(e):
                     raise
+
+    def delete_in(self, directory: str, names: Iterable[str]) -> int:
+        """The storage module's `delete_in`: one bulk delete (S3's DeleteObjects takes up to 1000 keys a
+        request); where one of them is missing, each alone (a missing one is no error)."""
+        paths = [f"{directory}/{name}" if directory else name for name in names]
+        if not paths:
+            return 0
+        try:
+            with self._errors("delete", paths[0]):
+                obstore.delete(self.store, paths)
+        except NotFound:
+            for path in paths:
+                self.delete(path)
+        return len(paths)
 
 
 def parse_storage_options(items: Sequence[str] | None) -> dict[str, str] | None:

@@ -16,11 +16,16 @@ implementation must keep (the storage contract suite checks them):
 - `write_atomic(path, data)` replaces the file all at once (readers see old or new, never a mix).
 - `delete(path)` removes the file; deleting a missing file is not an error.
 - `stat(path)` returns the file's size and modification time (ms) or raises NotFound.
-- `walk(prune)`, optional, streams every file under the table root, recursively, with size and
+- `walk(prune, skip)`, optional, streams every file under the table root, recursively, with size and
   modification time, in no particular order: directories for which `prune(dir)` is true are not
   entered, and a symbolic link is neither entered nor listed (what it points to is not the table's).
+  `skip(dir)`, if given, names files in `dir` to pass over unlisted (a local walk need not stat
+  them: vacuum's referenced files).
   Memory stays bounded by the depth of the tree (or one page of an object-store listing), not by
   the number of files. The module's `walk(storage, prune)` is Unsupported where a storage has none.
+- `delete_dir(path)`, optional, removes the directory `path` if it is empty and says whether it did;
+  a directory that is not empty (written to meanwhile) or missing stays, False; never the root. A
+  storage without directories (an object store) has none, and the module's `delete_dir` is False.
 - `read_many(paths)`, optional, is `read` of each path in order with each failure (a FeedlogError)
   returned in its place; the module's `read_many(storage, paths)` uses it where a storage has it
   (a log replay's commit files: a local directory opened once, an object store's reads in flight
@@ -40,7 +45,7 @@ import errno
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from stat import S_ISREG
 from typing import NamedTuple, Protocol
 
@@ -92,13 +97,37 @@ def read_many(storage: Storage, paths: Sequence[str]) -> list[bytes | FeedlogErr
     return out
 
 
-def walk(storage: Storage, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+def walk(
+    storage: Storage,
+    prune: Callable[[str], bool] | None = None,
+    skip: Callable[[str], Container[str]] | None = None,
+) -> Iterator[FileInfo]:
     """Every file under the table root, recursively (`walk` in the contract above); Unsupported for a
     storage that cannot list recursively."""
     method = getattr(storage, "walk", None)
     if method is None:
         raise Unsupported(f"{storage.location}: this storage cannot list the table's files recursively")
-    return iter(method(prune))
+    return iter(method(prune, skip))
+
+
+def delete_in(storage: Storage, directory: str, names: Iterable[str]) -> int:
+    """Delete the files `names` of `directory` (a missing one is no error), through the storage's own
+    `delete_in` where it has one (a local directory opened once; an object store's bulk delete), else
+    one `delete` after another. The number of names taken."""
+    method = getattr(storage, "delete_in", None)
+    if method is not None:
+        return int(method(directory, names))
+    n = 0
+    for name in names:
+        storage.delete(f"{directory}/{name}" if directory else name)
+        n += 1
+    return n
+
+
+def delete_dir(storage: Storage, path: str) -> bool:
+    """`storage.delete_dir(path)` where the storage has directories to delete, else False."""
+    method = getattr(storage, "delete_dir", None)
+    return bool(method(path)) if method is not None else False
 
 
 def put_new(storage: Storage, path: str, data: bytes) -> bool:
@@ -196,25 +225,30 @@ class LocalStorage:
         out.sort()
         return out
 
-    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+    def walk(
+        self, prune: Callable[[str], bool] | None = None, skip: Callable[[str], Container[str]] | None = None
+    ) -> Iterator[FileInfo]:
         """Every regular file under the root (the contract's `walk`): a depth-first scan that holds one
-        open directory per level; `lstat` data only, so a symbolic link is never followed."""
+        open directory at a time; `lstat` data only, so a symbolic link is never followed. A skipped
+        name is not statted (the directory entry's type says what it is)."""
         stack = [""]
         while stack:
             directory = stack.pop()
             prefix = f"{directory}/" if directory else ""
+            passed = () if skip is None else skip(directory)
             try:
                 with os.scandir(self._abs(directory)) as it:
                     for entry in it:
+                        name = entry.name
                         if entry.is_dir(follow_symlinks=False):
-                            if prune is None or not prune(prefix + entry.name):
-                                stack.append(prefix + entry.name)
-                        elif entry.is_file(follow_symlinks=False):
+                            if prune is None or not prune(prefix + name):
+                                stack.append(prefix + name)
+                        elif name not in passed and entry.is_file(follow_symlinks=False):
                             try:
                                 st = entry.stat(follow_symlinks=False)
                             except FileNotFoundError:
                                 continue  # deleted since the directory was read
-                            yield FileInfo(prefix + entry.name, st.st_size, st.st_mtime_ns // 1_000_000)
+                            yield FileInfo(prefix + name, st.st_size, st.st_mtime_ns // 1_000_000)
             except FileNotFoundError:
                 continue  # removed while walking (or no table directory at all)
             except OSError as e:
@@ -305,12 +339,16 @@ class LocalStorage:
         final = self._abs(path)
         directory = os.path.dirname(final)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:  # the directory first (not before every write: a mkdir that finds
-            # it there still locks the parent, and cost a committer as much as its fsync)
-            os.makedirs(directory, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        for attempt in range(3):
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileNotFoundError:  # the directory first (not before every write: a mkdir that
+                # finds it there still locks the parent, and cost a committer as much as its fsync);
+                # again if a vacuum removed it, empty, between the mkdir and the open
+                if attempt == 2:
+                    raise
+                os.makedirs(directory, exist_ok=True)
         try:
             self._write_all(fd, data)
         except BaseException:
@@ -409,6 +447,44 @@ class LocalStorage:
         except OSError as e:
             raise Unavailable(f"cannot delete {self._abs(path)}: {e.strerror}") from None
 
+    def delete_in(self, directory: str, names: Iterable[str]) -> int:
+        """The module's `delete_in`: unlink relative to the directory, opened once (not a path lookup
+        from the root per file)."""
+        where = self._abs(directory)
+        n = 0
+        try:
+            dfd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return sum(1 for _ in names)  # gone, and its files with it
+        except OSError as e:
+            raise Unavailable(f"cannot open {where}: {e.strerror}") from None
+        try:
+            for name in names:
+                n += 1
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise Unavailable(f"cannot delete {os.path.join(where, name)}: {e.strerror}") from None
+        finally:
+            os.close(dfd)
+        return n
+
+    def delete_dir(self, path: str) -> bool:
+        """The contract's `delete_dir`: rmdir, which removes only an empty directory (never the root)."""
+        if not path:
+            return False
+        try:
+            os.rmdir(self._abs(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False  # written to meanwhile, or never empty: it stays
+            raise Unavailable(f"cannot delete {self._abs(path)}: {e.strerror}") from None
+        return True
+
 
 class MemoryStorage:
     """A table in memory (`memory://<name>`): the same contracts as `LocalStorage`, no disk.
@@ -457,12 +533,16 @@ class MemoryStorage:
         out.sort()
         return out
 
-    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[FileInfo]:
+    def walk(
+        self, prune: Callable[[str], bool] | None = None, skip: Callable[[str], Container[str]] | None = None
+    ) -> Iterator[FileInfo]:
         with self._lock:
-            found = [(p, len(data), mtime) for p, (data, mtime) in self._files.items()]
+            found = sorted((p, len(data), mtime) for p, (data, mtime) in self._files.items())
         for path, size, mtime in found:
             parts = path.split("/")[:-1]
             if prune is not None and any(prune("/".join(parts[: i + 1])) for i in range(len(parts))):
+                continue
+            if skip is not None and path.rpartition("/")[2] in skip(path.rpartition("/")[0]):
                 continue
             yield FileInfo(path, size, mtime)
 

@@ -44,7 +44,7 @@ from .snapshot import Snapshot
 from .storage import Storage
 from .timeline import HistoryEntry, Timeline, ict_version_at
 from .transaction import DEFAULT_MAX_ATTEMPTS, CommitResult, Transaction
-from .vacuum import VacuumResult, check_horizon, files_of, table_retention, vacuum
+from .vacuum import VacuumCutoffs, VacuumResult, check_horizon, files_of, table_retention, vacuum
 from .writer import write_files
 
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ class DeltaTable:
         self.max_commit_attempts = max_commit_attempts
         #: the newest state this object has seen; never mutated, only replaced
         self._cache: TableState | None = None
+        self._vacuum_cutoffs = VacuumCutoffs()  # the time-travel horizon's forced vacuums, read once
         #: the latest version, protocol and metadata `open` read: a fresh handle's time lookup starts
         #: from them (while no commit after that version has appeared) instead of loading a snapshot
         self._head: tuple[int, Protocol, Metadata] | None = None
@@ -247,10 +248,17 @@ class DeltaTable:
         except FeedlogError:
             commit_ms = None  # cannot be told: counts as old
         now, retention = self.clock.now_ms(), table_retention(latest.metadata)
+        vacuumed = None
         if commit_ms is not None and commit_ms >= now - retention:
-            return  # inside the window: whole by vacuum's rule (the set of live files is not needed)
+            # inside the table's window: whole by vacuum's rule, unless a forced vacuum since cut
+            # deeper (read from the commits after the version: inside the window too, so bounded)
+            vacuumed = self._vacuum_cutoffs.after(self.storage, listing, state.version, latest.version)
+            if vacuumed is None or commit_ms >= vacuumed:
+                return  # (the set of live files is not needed)
         live = set(files_of(latest.files.values()))
-        check_horizon(state.version, latest.version, commit_ms, files_of(state.files.values()), live, now, retention)
+        check_horizon(
+            state.version, latest.version, commit_ms, files_of(state.files.values()), live, now, retention, vacuumed
+        )
 
     def version(self) -> int:
         return self._latest().version

@@ -123,6 +123,7 @@ def maintain(
         report.vacuum = {
             "files_deleted": len(done.files),
             "bytes_deleted": done.size,
+            "directories_deleted": done.directories_deleted,
             "cutoff_ms": done.cutoff_ms,
             "start_version": done.start_version,
             "end_version": done.end_version,

@@ -22,7 +22,7 @@ from feedlog.delta import DeltaTable, Storage
 from feedlog.delta.log import list_log
 from feedlog.delta.maintenance import DAY_MS
 from feedlog.delta.objectstore import ObjectStorage
-from feedlog.delta.storage import LocalStorage, MemoryStorage, read_many
+from feedlog.delta.storage import LocalStorage, MemoryStorage, delete_in, read_many, walk
 from feedlog.errors import NotFound
 
 from .conftest import SCHEMA, T0, counter_ids, rows, sorted_rows
@@ -289,6 +289,24 @@ def test_delete_removes_and_forgives_missing_files(storage: Storage) -> None:
     assert [f.path for f in storage.list("")] == ["b"]
     assert storage.put_if_absent("a", b"again")  # the name is free again
     assert storage.read("a") == b"again"
+
+
+def test_walk_passes_over_the_names_skip_gives(storage: Storage) -> None:
+    for path in ("p=a/x", "p=a/y", "p=a/q=1/x", "z", "x"):
+        storage.put_if_absent(path, b"1")
+    skip = {"p=a": {"x"}, "": {"z"}}
+    found = {f.path: f for f in walk(storage, None, lambda d: skip.get(d, ()))}
+    assert set(found) == {"p=a/y", "p=a/q=1/x", "x"}
+    assert all(f.size == 1 and f.modified_ms is not None for f in found.values())
+
+
+def test_delete_in_removes_names_of_one_directory_and_forgives_missing_ones(storage: Storage) -> None:
+    for path in ("p=a/x", "p=a/y", "p=a/z", "top", "keep"):
+        storage.put_if_absent(path, b"1")
+    assert delete_in(storage, "p=a", iter(["x", "gone", "y"])) == 3
+    assert delete_in(storage, "", ["top"]) == 1
+    assert delete_in(storage, "never", ["was"]) == 1
+    assert [f.path for f in storage.list("p=a")] == ["p=a/z"] and [f.path for f in storage.list("")] == ["keep"]
 
 
 # list

@@ -16,11 +16,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from feedlog.clock import ManualClock
+from feedlog.clock import ManualClock, SystemClock
 from feedlog.delta import DeltaTable, LocalStorage
+from feedlog.delta import vacuum as vacuum_module
 from feedlog.delta.managed import Binding
+from feedlog.delta.replay import LazyActions
 from feedlog.delta.storage import FileInfo
-from feedlog.delta.vacuum import check_horizon, hidden, plan, relative
+from feedlog.delta.vacuum import UNKNOWN_CUTOFF, Paths, check_horizon, hidden, plan, relative, start_cutoff
 from feedlog.errors import BeforeHorizon, BeforeRetainedHistory, InvalidArgument, Unsupported
 
 from .conftest import SCHEMA, T0, counter_ids, rows, sorted_rows
@@ -106,6 +108,55 @@ def test_check_horizon_refuses_only_old_versions_that_read_files_the_latest_does
     assert e.value.horizon_ms == now - keep
 
 
+def test_start_cutoff_reads_ours_and_other_engines_vacuum_starts() -> None:
+    def commit(info: dict[str, Any]) -> bytes:
+        return json.dumps({"commitInfo": info}).encode() + b"\n"
+
+    ours = {"timestamp": 5000, "operation": "VACUUM START", "feedlog": {"vacuum_cutoff_ms": 1234}}
+    spark = {"timestamp": 5000, "operation": "VACUUM START", "operationParameters": {"defaultRetentionMillis": "1000"}}
+    forced = {**spark, "operationParameters": {"specifiedRetentionMillis": "0", "defaultRetentionMillis": 1000}}
+    assert start_cutoff(commit(ours)) == 1234 and start_cutoff(commit(spark)) == 4000
+    assert start_cutoff(commit(forced)) == 5000
+    assert start_cutoff(commit({"operation": "VACUUM START"})) == UNKNOWN_CUTOFF
+    assert start_cutoff(commit({"timestamp": 5000, "operation": "VACUUM END"})) is None
+    assert start_cutoff(commit({"timestamp": 5000, "operation": "WRITE", "userMetadata": "VACUUM START"})) is None
+    now, keep = T0 + 10 * DAY, 7 * DAY
+    check_horizon(3, 5, now - DAY, ["gone"], set(), now, keep, now - 2 * DAY)  # committed after the cutoff
+    with pytest.raises(BeforeHorizon) as e:
+        check_horizon(3, 5, now - DAY, ["gone"], set(), now, keep, now - HOUR)
+    assert e.value.horizon_ms == now - HOUR
+
+
+def test_the_files_to_delete_are_kept_compact_and_spill_past_a_bound(tmp_path: Path) -> None:
+    paths = Paths(spill_bytes=4096)
+    want = [(f"p={i % 7}/part-{i:06d}-é.parquet", i) for i in range(5000)]
+    for path, size in want:
+        paths.add(path, size)
+    assert paths.spilled and len(paths) == 5000 and paths.size == sum(s for _, s in want)
+    assert list(paths.sized()) == want and list(paths) == [p for p, _ in want]
+    assert "p=3/part-000003-é.parquet" in paths and "p=3/nope" not in paths
+    runs = list(paths.by_directory(most=2))
+    assert runs[:2] == [("p=0", ["part-000000-é.parquet"]), ("p=1", ["part-000001-é.parquet"])]
+    small = Paths()
+    small.add("x", 1)
+    assert not small.spilled and list(small.by_directory(10)) == [("", ["x"])]
+
+
+def test_a_vacuum_that_spills_its_list_deletes_the_same_files(
+    table: DeltaTable, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = root_of(table)
+    junk = {f"p={i % 3}/junk-{i:04d}.parquet" for i in range(300)}
+    for rel in junk:
+        put(root, rel, T0 - 30 * DAY)
+    clock.set(T0 + 30 * DAY)
+    monkeypatch.setattr(vacuum_module, "SPILL_BYTES", 512)
+    monkeypatch.setattr(vacuum_module, "DELETE_BATCH", 7)  # many runs, several in flight at once
+    r = table.vacuum()
+    assert r.files.spilled and len(r.files) == 302 and junk <= set(r.files)
+    assert data_files(root) == live(table)
+
+
 # on disk
 
 
@@ -134,7 +185,7 @@ def test_a_file_removed_inside_the_retention_survives(table: DeltaTable, clock: 
     before = data_files(root)
     clock.set(T0 + 7 * DAY)  # removed at T0 + 1 day: six days ago, inside the 7-day retention
     r = table.vacuum()
-    assert r.files == [] and data_files(root) == before
+    assert list(r.files) == [] and data_files(root) == before
     assert table.to_arrow(1).num_rows == 4  # the version before the removal still reads whole
     clock.set(T0 + 9 * DAY)
     r = table.vacuum()
@@ -171,6 +222,58 @@ def test_partition_directories_are_walked_and_hidden_names_untouched(table: Delt
     assert sorted_rows(table.to_arrow(), "seq") == [(10,)]
 
 
+def test_directories_vacuum_leaves_empty_are_deleted_but_never_the_roots_or_hidden_ones(
+    table: DeltaTable, clock: ManualClock
+) -> None:
+    """As delta-spark deletes empty directories; it counts them with the files (numDeletedFiles, "Deleted
+    N files and directories"), and numVacuumedDirectories is the directories it listed, root included."""
+    root = root_of(table)
+    old = T0 - 30 * DAY
+    put(root, "p=b/deeper/junk.parquet", old)  # p=b holds only version 1's file and this: both go
+    put(root, "p=c/young.parquet", T0 + 29 * DAY)  # younger than the retention: p=c stays
+    put(root, "p=a/_tmp/w", old)  # hidden: kept, and so p=a (which holds the live file anyway)
+    for empty in ("q=1/r=2", "_feedlog/empty", "_x", ".hidden", "p=a/_empty", "_delta_log/_staged_commits"):
+        (root / empty).mkdir(parents=True, exist_ok=True)
+    clock.set(T0 + 30 * DAY)
+    r = table.vacuum()
+    assert len(r.files) == 3 and "p=b/deeper/junk.parquet" in r.files  # and version 1's two
+    gone = {"p=b", "p=b/deeper", "q=1", "q=1/r=2"}
+    for d in gone:
+        assert not (root / d).exists(), d
+    for d in ("p=a", "p=a/_tmp", "p=a/_empty", "p=c", "_feedlog/empty", "_x", ".hidden", "_delta_log/_staged_commits"):
+        assert (root / d).is_dir(), d
+    assert r.directories_deleted == len(gone)
+    end = json.loads(_first_line(table, r.end_version or 0))["commitInfo"]
+    assert end["operationMetrics"] == {
+        "numDeletedFiles": str(len(r.files) + len(gone)),
+        "numVacuumedDirectories": "7",  # the root, p=a, p=b, p=b/deeper, p=c, q=1, q=1/r=2
+    }
+    assert sorted_rows(table.to_arrow(), "seq") == [(10,)]
+    again = table.vacuum()  # nothing left to delete, and nothing else touched
+    assert list(again.files) == [] and again.directories_deleted == 0 and (root / "p=c/young.parquet").exists()
+
+
+def test_vacuum_decodes_neither_the_checkpoints_adds_nor_the_commit_it_stands_for(
+    table: DeltaTable, clock: ManualClock
+) -> None:
+    """What made 100k files slow: every live add decoded for its path (the state's keys are the paths),
+    and the whole commit at the checkpoint's version decoded for its commitInfo (its line is enough;
+    the checkpoint stands for the rest, as delta-spark and delta-rs never read that commit at all)."""
+    root = root_of(table)
+    table.checkpoint()  # at 2
+    commit2 = root / "_delta_log" / f"{2:020d}.json"
+    lines = commit2.read_text().splitlines()
+    assert lines[0].startswith('{"commitInfo"')
+    commit2.write_text("\n".join([lines[0], "not an action", *lines[1:]]) + "\n")
+    clock.set(T0 + 30 * DAY)
+    fresh = DeltaTable.open(root, clock=clock)
+    r = fresh.vacuum(dry_run=True)
+    assert len(r.files) == 2
+    files = fresh._cache.files if fresh._cache is not None else None
+    assert isinstance(files, LazyActions) and all(isinstance(v, int) for v in files._live.values())
+    assert fresh.snapshot().state.ict == json.loads(lines[0])["commitInfo"]["inCommitTimestamp"]
+
+
 def test_vacuum_commits_start_and_end_with_delta_spark_names(table: DeltaTable, clock: ManualClock) -> None:
     clock.set(T0 + 30 * DAY)
     r = table.vacuum()
@@ -180,7 +283,7 @@ def test_vacuum_commits_start_and_end_with_delta_spark_names(table: DeltaTable, 
     assert start["operationParameters"] == {"retentionCheckEnabled": True, "defaultRetentionMillis": 7 * DAY}
     assert start["operationMetrics"] == {"numFilesToDelete": "2", "sizeOfDataToDelete": str(r.size)}
     assert end["operationParameters"] == {"status": "COMPLETED"}
-    assert end["operationMetrics"]["numDeletedFiles"] == "2"
+    assert end["operationMetrics"]["numDeletedFiles"] == "3"  # and p=b, left empty
     assert [e.operation for e in table.history(2)] == ["VACUUM END", "VACUUM START"]
 
 
@@ -414,3 +517,48 @@ def test_vacuum_on_an_object_store(s3_server: S3Server, clock: ManualClock) -> N
     assert "p=a/junk.parquet" not in keys and "_hidden/keep" in keys
     assert sorted_rows(t.to_arrow(), "seq") == [(5,)]
     assert {f for f in keys if not f.startswith(("_delta_log", "_hidden"))} == live(t)
+
+
+def test_a_forced_vacuum_moves_the_horizon_to_its_cutoff(table: DeltaTable, clock: ManualClock) -> None:
+    """After `vacuum --retain 0s --force` the version before the overwrite (committed a day ago, well
+    inside the table's 7 days) has lost its files: it is refused whole, naming the vacuum's cutoff,
+    and stays refused after a later vacuum with the table's own (longer) retention."""
+    clock.set(T0 + DAY + HOUR)
+    assert table.to_arrow(1).num_rows == 4
+    r = table.vacuum(0, enforce_retention=False)
+    assert len(r.files) == 2
+    for read in (lambda: table.to_arrow(1), lambda: DeltaTable.open(table.storage, clock=clock).snapshot(1)):
+        with pytest.raises(BeforeHorizon, match=r"version 1 .* horizon .*vacuum") as e:
+            read()
+        assert e.value.horizon_ms == r.cutoff_ms == T0 + DAY + HOUR
+    with pytest.raises(BeforeHorizon):
+        table.to_arrow(timestamp_ms=T0 + 1)
+    assert table.to_arrow(0).num_rows == 0 and sorted_rows(table.to_arrow(2), "seq") == [(10,)]
+    clock.advance(HOUR)
+    table.vacuum()  # the table's 7 days: its cutoff is long before the forced one's
+    with pytest.raises(BeforeHorizon) as e:
+        DeltaTable.open(table.storage, clock=clock).to_arrow(1)
+    assert e.value.horizon_ms == T0 + DAY + HOUR
+
+
+def test_the_horizon_honours_another_engines_vacuum(tmp_path: Path, clock: ManualClock) -> None:
+    """delta-rs records no cutoff of ours: its VACUUM START's time less its retention stands for one.
+    (A table without in-commit timestamps, which delta-rs cannot write: its times are the files'.)"""
+    deltalake = pytest.importorskip("deltalake")
+    root = tmp_path / "t"
+    t = DeltaTable.create(root, SCHEMA, partition_by=["p"], in_commit_timestamps=False, clock=clock)
+    t.append(rows(0, 2, "a"))
+    t.append(rows(10, 1, "a"), mode="overwrite")
+    for f in data_files(root):
+        age(root, f, T0)
+    real = SystemClock().now_ms()  # delta-rs decides by the system clock
+    for v, when in ((0, real - 2 * HOUR), (1, real - 2 * HOUR), (2, real - HOUR)):
+        age(root, f"_delta_log/{v:020d}.json", when)
+    other = deltalake.DeltaTable(str(root))
+    other.vacuum(retention_hours=0, dry_run=False, full=True, enforce_retention_duration=False)
+    starts = [e for e in t.history() if e.operation == "VACUUM START"]
+    assert len(starts) == 1 and starts[0].timestamp is not None
+    clock.set(starts[0].timestamp + HOUR)  # version 1 is inside the table's 7 days
+    with pytest.raises(BeforeHorizon) as e:
+        DeltaTable.open(root, clock=clock).to_arrow(1)
+    assert abs(e.value.horizon_ms - starts[0].timestamp) < 60_000  # its commitInfo's time, the file's

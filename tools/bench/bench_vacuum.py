@@ -1,6 +1,6 @@
 """VACUUM of a table with N data files, half of them removed long ago: feedlog vs delta-rs.
 
-    python tools/bench/bench_vacuum.py [--files 100000] [--dir DIR]
+    python tools/bench/bench_vacuum.py [--files 100000] [--repeat 3] [--dir DIR]
 
 The table (protocol 1/2, no in-commit timestamps, so that delta-rs may write it) is built
 quickly: one tiny Parquet file copied N times into 10 partition directories, commit 1 adds them
@@ -9,8 +9,10 @@ all, commit 2 removes every other one with a deletion timestamp 30 days ago, and
 modification time is set 30 days back. An identical copy goes to delta-rs. feedlog runs
 `DeltaTable.vacuum()` (the table's 7-day retention), delta-rs `vacuum(retention_hours=168,
 full=True, dry_run=False, enforce_retention_duration=False)`; both must delete the same N/2
-files. Prints both wall times and the ratio (delta-rs time / feedlog time: >= 1.0 means feedlog
-is at least as fast).
+files. Each of `--repeat` rounds vacuums a fresh copy with each (the machine may be busy: paired
+runs, medians reported). Prints both wall times and the ratio (delta-rs time / feedlog time: >= 1.0
+means feedlog is at least as fast), and feedlog's RSS in a child process: with the latest state
+loaded, and its peak during the vacuum (Linux: the peak is reset after the load).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import io
 import json
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,9 +87,38 @@ def build(root: str, n: int) -> None:
     DeltaTable.open(root).checkpoint()
 
 
+_RSS_CHILD = """
+import sys, time
+from feedlog.delta import DeltaTable
+
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+t = DeltaTable.open(sys.argv[1])
+t.snapshot()  # the latest state, loaded first: its decoding peak is not the vacuum's
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets the peak RSS (VmHWM) to the RSS now (Linux)
+before = status("VmRSS")
+t0 = time.perf_counter()
+r = t.vacuum()
+took = time.perf_counter() - t0
+print(len(r.files), before, status("VmHWM"), took)
+"""
+
+
+def feedlog_rss(path: str) -> tuple[int, int, int, float]:
+    """Vacuum in a child process (Linux): (files deleted, RSS KiB with the latest state loaded, peak
+    RSS KiB during the vacuum, its seconds)."""
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, path], check=True, capture_output=True, text=True)
+    n, loaded, peak, took = out.stdout.split()
+    return int(n), int(loaded), int(peak), float(took)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--files", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3, help="paired runs on fresh copies; medians are reported")
     ap.add_argument("--dir", help="where to build the tables (default: a temporary directory)")
     args = ap.parse_args()
     import deltalake
@@ -94,30 +127,45 @@ def main() -> None:
 
     base = tempfile.mkdtemp(prefix="bench-vacuum-", dir=args.dir)
     try:
+        pristine = os.path.join(base, "pristine")
         ours_path, theirs_path = os.path.join(base, "feedlog"), os.path.join(base, "delta-rs")
         t0 = time.perf_counter()
-        build(ours_path, args.files)
-        shutil.copytree(ours_path, theirs_path)  # copy2: modification times kept
-        print(f"built 2 x {args.files} files in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-
-        t0 = time.perf_counter()
-        ours = DeltaTable.open(ours_path).vacuum()
-        ours_s = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        theirs = deltalake.DeltaTable(theirs_path).vacuum(
-            retention_hours=168, dry_run=False, full=True, enforce_retention_duration=False
-        )
-        theirs_s = time.perf_counter() - t0
-
+        build(pristine, args.files)
+        print(f"built {args.files} files in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         want = args.files // 2
-        assert len(ours.files) == want, (len(ours.files), want)
-        assert len(theirs) == want, (len(theirs), want)
-        assert sorted(ours.files) == sorted(theirs)
+        ours_s: list[float] = []
+        theirs_s: list[float] = []
+        for _ in range(args.repeat):
+            for p in (ours_path, theirs_path):
+                shutil.rmtree(p, ignore_errors=True)
+                shutil.copytree(pristine, p)  # copy2: modification times kept
+            os.sync()  # the copies' writeback done before either is timed, not during the first
+
+            t0 = time.perf_counter()
+            ours = DeltaTable.open(ours_path).vacuum()
+            ours_s.append(time.perf_counter() - t0)
+
+            t0 = time.perf_counter()
+            theirs = deltalake.DeltaTable(theirs_path).vacuum(
+                retention_hours=168, dry_run=False, full=True, enforce_retention_duration=False
+            )
+            theirs_s.append(time.perf_counter() - t0)
+            assert len(theirs) == want, (len(theirs), want)
+            assert sorted(ours.files) == sorted(theirs), "feedlog and delta-rs deleted different files"
+        shutil.rmtree(ours_path)
+        shutil.copytree(pristine, ours_path)
+        os.sync()
+        n, loaded, peak, rss_s = feedlog_rss(ours_path)
+        assert n == want, (n, want)
+        o, t = statistics.median(ours_s), statistics.median(theirs_s)
         print(f"files                {args.files} ({want} unreferenced, deleted by each)")
-        print(f"feedlog vacuum       {ours_s:.2f} s")
-        print(f"delta-rs vacuum      {theirs_s:.2f} s (full=True, dry_run=False)")
-        print(f"ratio                {theirs_s / ours_s:.2f}x (delta-rs time / feedlog time; >= 1.0: feedlog as fast)")
+        print(f"feedlog vacuum       {o:.2f} s median of {' '.join(f'{x:.2f}' for x in ours_s)}")
+        print(f"delta-rs vacuum      {t:.2f} s median of {' '.join(f'{x:.2f}' for x in theirs_s)} (full=True)")
+        print(f"ratio                {t / o:.2f}x (delta-rs time / feedlog time; >= 1.0: feedlog as fast)")
+        print(
+            f"feedlog RSS          {loaded / 1024:.0f} MiB with the latest state loaded, peak {peak / 1024:.0f} MiB "
+            f"during the vacuum (+{(peak - loaded) / 1024:.0f} MiB; {rss_s:.2f} s)"
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
