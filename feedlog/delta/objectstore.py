@@ -37,6 +37,7 @@ from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import obstore
 from obstore.exceptions import (
@@ -405,7 +406,14 @@ class ObjectStorage:
         """Every object under the table's prefix (the storage contract's `walk`): one delimited listing
         of the top level, so a pruned top-level directory (`_delta_log/`) is never listed, then a
         streamed listing of each other prefix, a page at a time. Deeper directories are pruned by
-        filtering (an object store has no directories to skip)."""
+        filtering (an object store has no directories to skip).
+
+        A `file://` table is walked as a local directory (`LocalStorage.walk`): obstore's local store
+        follows symbolic links, and a walk that vacuum deletes from must never leave the table."""
+        if self._scheme == "file":
+            root = url2pathname(urlsplit(self.url).path)
+            yield from LocalStorage(root, fsync=False).walk(prune, skip)
+            return
         with self._errors("list", ""):
             top = obstore.list_with_delimiter(self.store, None)
         for meta in top["objects"]:

@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import posixpath
 import tempfile
 import urllib.parse
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
@@ -145,29 +147,46 @@ def plan(
         yield info
 
 
+#: schemes that name the same store (Hadoop's S3 connectors): a log may spell a table's files either way
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
+def _inside(decoded: str, root: str, local: bool) -> str | None:
+    """`decoded` relative to `root` (both absolute paths), after collapsing `//` and `.` (and, on a local
+    disk, resolving links), or None if it lies outside."""
+    if local:
+        decoded, root = os.path.realpath(decoded), os.path.realpath(root)
+    else:
+        decoded, root = posixpath.normpath(decoded), posixpath.normpath(root)
+    root = root.rstrip("/") + "/"
+    return decoded[len(root) :] if decoded.startswith(root) else None
+
+
 def relative(path: str, location: str) -> str | None:
     """A log path (URL-encoded, relative or absolute) as a path relative to the table root, decoded as
-    listings name files; None for a file outside the table (never listed, so never deleted)."""
+    listings name files; None for a file outside the table (never listed, so never deleted).
+
+    Fail-safe: a file of the table that the log names another way (`s3a://` for `s3://`, a doubled
+    slash, a local path through a link) must still be recognised, or vacuum would delete a live file."""
     if "%" not in path and ":" not in path and not path.startswith("/"):
         return path  # the usual relative path with nothing encoded (one parse per live file adds up)
     parts = urllib.parse.urlsplit(path)
+    loc = urllib.parse.urlsplit(location)
+    local_loc = not loc.scheme or (len(loc.scheme) == 1 and not location.startswith(f"{loc.scheme}://"))
     if not parts.scheme or (len(parts.scheme) == 1 and not path.startswith(f"{parts.scheme}://")):
         if path.startswith("/"):
-            root = location.rstrip("/") + "/"
-            decoded = urllib.parse.unquote(path)
-            return decoded[len(root) :] if decoded.startswith(root) else None
+            root = location if local_loc else urllib.parse.unquote(loc.path)
+            return _inside(urllib.parse.unquote(path), root, local_loc or loc.scheme.lower() == "file")
         return urllib.parse.unquote(path)
     decoded = urllib.parse.unquote(parts.path)
-    loc = urllib.parse.urlsplit(location)
-    if loc.scheme:
-        if loc.scheme.lower() != parts.scheme.lower() or loc.netloc != parts.netloc:
+    scheme = _SCHEME_ALIASES.get(parts.scheme.lower(), parts.scheme.lower())
+    if not local_loc:
+        if _SCHEME_ALIASES.get(loc.scheme.lower(), loc.scheme.lower()) != scheme or loc.netloc != parts.netloc:
             return None
-        root = urllib.parse.unquote(loc.path).rstrip("/") + "/"
-    elif parts.scheme.lower() == "file":
-        root = location.rstrip("/") + "/"
-    else:
-        return None
-    return decoded[len(root) :] if decoded.startswith(root) else None
+        return _inside(decoded, urllib.parse.unquote(loc.path), scheme == "file")
+    if scheme == "file":
+        return _inside(decoded, location, True)
+    return None
 
 
 def _dv_path(raw: object) -> str | None:
