@@ -72,7 +72,11 @@ class Place:
             return
         client = self.s3.client()
         for key in self.s3.keys(self.prefix):
-            yield f"s3://{self.s3.bucket}/{key}", client.get_object(Bucket=self.s3.bucket, Key=key)["Body"].read()
+            try:
+                body = client.get_object(Bucket=self.s3.bucket, Key=key)["Body"].read()
+            except client.exceptions.NoSuchKey:
+                continue  # deleted since the listing (the served owner cleans a backfilled staged commit)
+            yield f"s3://{self.s3.bucket}/{key}", body
 
     def deltalake_rows(self) -> pa.Table:
         import deltalake
