@@ -332,6 +332,23 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
                 )
 
 
+def rewrite_job_args(p: argparse.ArgumentParser, every_help: str, engine_help: str) -> None:
+    """The arguments of a job that rewrites a table's files (expire, maintain): the table, a schedule, its
+    owner and token, its store, and where the rewrites run."""
+    p.add_argument("table", metavar="TABLE")
+    p.add_argument("--every", metavar="DURATION", help=every_help)
+    p.add_argument("--rounds", type=int, help="with --every: stop after this many runs")
+    token_args(p)
+    p.add_argument(
+        "--owner",
+        metavar="OWNER",
+        help="the table's commit owner to trust, grpc://HOST:PORT or a database file "
+        "(default: <TABLE>/_feedlog/owner.db and $FEEDLOG_OWNER)",
+    )
+    storage_option_args(p)
+    p.add_argument("--engine", choices=("auto", "spark", "local"), default="auto", help=engine_help)
+
+
 def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "ingest",
@@ -390,22 +407,10 @@ def register(sub: Subcommands) -> None:
         description="Rewrite the files holding rows past expires_at: each keeps its seq and Merkle leaf hash "
         "but loses value, block and stat; committed through the table's commit owner.",
     )
-    e.add_argument("table", metavar="TABLE")
-    e.add_argument("--every", metavar="DURATION", help="run periodically, e.g. 10m (until Ctrl-C)")
-    e.add_argument("--rounds", type=int, help="with --every: stop after this many runs")
-    token_args(e)
-    e.add_argument(
-        "--owner",
-        metavar="OWNER",
-        help="the table's commit owner to trust, grpc://HOST:PORT or a database file "
-        "(default: <TABLE>/_feedlog/owner.db and $FEEDLOG_OWNER)",
-    )
-    storage_option_args(e)
-    e.add_argument(
-        "--engine",
-        choices=("auto", "spark", "local"),
-        default="auto",
-        help="where the files are rewritten: 'spark' (a Spark job), 'local' (this process, no Spark), or 'auto' "
+    rewrite_job_args(
+        e,
+        "run periodically, e.g. 10m (until Ctrl-C)",
+        "where the files are rewritten: 'spark' (a Spark job), 'local' (this process, no Spark), or 'auto' "
         "(default): local when the files that may hold expired rows total at most 256 MiB and no --master "
         "is given, else Spark",
     )
@@ -423,22 +428,10 @@ def register(sub: Subcommands) -> None:
         "delta.deletedFileRetentionDuration needs are vacuumed. Safe beside a running ingest; killable at any point "
         "and rerun to finish.",
     )
-    m.add_argument("table", metavar="TABLE")
-    m.add_argument("--every", metavar="DURATION", help="run a pass every DURATION, e.g. 10m (until Ctrl-C)")
-    m.add_argument("--rounds", type=int, help="with --every: stop after this many passes")
-    token_args(m)
-    m.add_argument(
-        "--owner",
-        metavar="OWNER",
-        help="the table's commit owner to trust, grpc://HOST:PORT or a database file "
-        "(default: <TABLE>/_feedlog/owner.db and $FEEDLOG_OWNER)",
-    )
-    storage_option_args(m)
-    m.add_argument(
-        "--engine",
-        choices=("auto", "spark", "local"),
-        default="auto",
-        help="where rewrites run, as for expire (default auto: in this process unless they are big)",
+    rewrite_job_args(
+        m,
+        "run a pass every DURATION, e.g. 10m (until Ctrl-C)",
+        "where rewrites run, as for expire (default auto: in this process unless they are big)",
     )
     m.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
     m.add_argument(
