@@ -212,6 +212,18 @@ def cmd_audit(ns: argparse.Namespace) -> int:
     return 0 if report.ok else 5
 
 
+def _lazy_session(stack: contextlib.ExitStack[Any], ns: argparse.Namespace) -> Callable[[], SparkSession]:
+    """A function that starts the command's Spark session on its first call (closed with `stack`)."""
+    started: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if not started:
+            started.append(stack.enter_context(_session(ns)))
+        return started[0]
+
+    return session
+
+
 def cmd_expire(ns: argparse.Namespace) -> None:
     from ..delta import DeltaTable
     from ..log.timestamps import parse_duration
@@ -224,15 +236,8 @@ def cmd_expire(ns: argparse.Namespace) -> None:
     if ns.engine == "local" and ns.master:
         raise InvalidArgument("--master is for --engine spark")
     with contextlib.ExitStack() as stack:
-        started: list[SparkSession] = []
-
-        def session() -> SparkSession:
-            """Spark starts only for a round with files that may hold expired rows (their stats say)."""
-            if not started:
-                started.append(stack.enter_context(_session(ns)))
-            return started[0]
-
-        _expire_rounds(ns, session, every, options)
+        # Spark starts only for a round with files that may hold expired rows (their stats say)
+        _expire_rounds(ns, _lazy_session(stack, ns), every, options)
 
 
 def _expire_rounds(
@@ -299,14 +304,7 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
         emit(ns, r.to_json(), "; ".join(parts))
 
     with contextlib.ExitStack() as stack:
-        started: list[SparkSession] = []
-
-        def session() -> SparkSession:
-            """Spark starts only for a rewrite too big to do in this process."""
-            if not started:
-                started.append(stack.enter_context(_session(ns)))
-            return started[0]
-
+        session = _lazy_session(stack, ns)  # Spark starts only for a rewrite too big to do in this process
         kwargs: dict[str, Any] = {
             "token": token_of(ns),
             "owner": ns.owner,

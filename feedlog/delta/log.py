@@ -279,29 +279,27 @@ def _probe_commits_after(storage: LocalStorage, version: int, managed: bool = Fa
 _PROBE_LIMIT = 64
 
 
-def read_commit(storage: Storage, listing: Listing, version: int, ict_only: bool = False) -> list[Action]:
-    """Commit `version`'s actions (with `ict_only`, its commitInfo holds the in-commit timestamp only)."""
+def _commit_bytes(storage: Storage, listing: Listing, version: int) -> bytes | FeedlogError:
+    """Commit `version`'s file, or the NotFound of a file the listing named that is gone since."""
     info = listing.commits.get(version)
     if info is None:
         raise NotFound(f"commit {version} is not in the log of {storage.location}")
     try:
-        data: bytes | FeedlogError = storage.read(info.path)
+        return storage.read(info.path)
     except NotFound as e:
-        data = e
-    return decoded_commit(storage, version, data, ict_only)
+        return e
+
+
+def read_commit(storage: Storage, listing: Listing, version: int, ict_only: bool = False) -> list[Action]:
+    """Commit `version`'s actions (with `ict_only`, its commitInfo holds the in-commit timestamp only)."""
+    return decoded_commit(storage, version, _commit_bytes(storage, listing, version), ict_only)
 
 
 def read_commit_info(storage: Storage, listing: Listing, version: int) -> CommitInfo | None:
     """Commit `version`'s commitInfo, where a checkpoint stands for its other actions: its own line
     decoded where a line starts with it (as every writer puts it), not the whole commit (one of
     50,000 removes cost a table load 0.4 s for it); else the whole commit is."""
-    info = listing.commits.get(version)
-    if info is None:
-        raise NotFound(f"commit {version} is not in the log of {storage.location}")
-    try:
-        data: bytes | FeedlogError = storage.read(info.path)
-    except NotFound as e:
-        data = e
+    data = _commit_bytes(storage, listing, version)
     if isinstance(data, bytes):
         at = data.find(b'{"commitInfo"')
         if at == 0 or (at > 0 and data[at - 1 : at] == b"\n"):

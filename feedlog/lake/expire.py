@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import urllib.parse
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,17 +25,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import failpoints
 from ..clock import Clock, SystemClock
 from ..delta import DeltaTable, Snapshot
 from ..delta.actions import Add
 from ..delta.objectstore import open_storage
 from ..delta.scan import ScanContext, read_file
-from ..delta.writer import WriteOptions, write_files
+from ..delta.writer import WriteOptions
 from ..errors import Conflict, FeedlogError, InvalidArgument, Unsupported
-from .rows import COLUMNS, TIMESTAMP, tombstones
+from .rows import COLUMNS, TIMESTAMP
 from .sink import settle, table_token, trusted
 from .spark_errors import marked, spark_job
+from .tombstones import write_tombstoned
 
 #: `engine="auto"` rewrites the files in this process, without Spark, when those that may hold expired rows
 #: total at most this many bytes (Spark's start, 10-15 s on 2 cores, costs more than rewriting them here)
@@ -91,12 +90,8 @@ def _rewrite_file(job: _Job, add_json: dict[str, Any]) -> tuple[dict[str, Any], 
     n = pc.sum(expired.cast(pa.int64())).as_py() or 0
     if n == 0:
         return add_json, None, 0
-    out = tombstones(data, expired, job.schema)
-    failpoints.point("expire.rewrite")
-    adds = write_files(storage, job.schema, (), out, job.written_ms, lambda: str(uuid.uuid4()), job.options)
-    if len(adds) != 1:
-        raise Unsupported("a rewritten file must stay one file")
-    return add_json, adds[0].to_json(), n
+    new = write_tombstoned(storage, data, expired, job.schema, job.options, job.written_ms, "expire.rewrite")
+    return add_json, new.to_json(), n
 
 
 #: what executors run: a feedlog error reaches the driver as itself

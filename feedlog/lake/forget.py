@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,15 +36,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import failpoints
 from ..clock import Clock, SystemClock
 from ..delta import DeltaTable, Snapshot
 from ..delta.actions import Add
 from ..delta.scan import ScanContext, read_file
-from ..delta.writer import WriteOptions, write_files
+from ..delta.writer import WriteOptions
 from ..errors import Conflict, FeedlogError, InvalidArgument, Unsupported
 from ..log import entries
-from .rows import COLUMNS, tombstones
+from .rows import COLUMNS
+from .tombstones import write_tombstoned
 
 OPERATION = "FORGET"
 #: a commit landed by ingest is followed by its forget rewrite; a concurrent writer may win the
@@ -137,12 +136,7 @@ def _rewrite_file(job: _Job, add: Add, forgets: Sequence[Forget]) -> tuple[Add, 
     n = pc.sum(gone.cast(pa.int64())).as_py() or 0
     if n == 0:
         return add, None, 0
-    out = tombstones(data, gone, job.schema)
-    failpoints.point("forget.rewrite")
-    adds = write_files(storage, job.schema, (), out, job.written_ms, lambda: str(uuid.uuid4()), job.options)
-    if len(adds) != 1:
-        raise Unsupported("a rewritten file must stay one file")
-    return add, adds[0], n
+    return add, write_tombstoned(storage, data, gone, job.schema, job.options, job.written_ms, "forget.rewrite"), n
 
 
 def _scan_forgets(snap: Snapshot, ctx: ScanContext) -> list[Forget]:

@@ -29,9 +29,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..log.crypto import leaf_hash
 from ..log.entries import DRIVE_EVENT, STAT_FIELDS
 from ..log.entry_columns import decode_columns
 from ..log.merkle import Node, TreeState
@@ -194,24 +192,3 @@ def _timestamps(ms: np.ndarray, has: np.ndarray) -> pa.Array:
     nulls = len(valid) - int(np.count_nonzero(valid))
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     return pa.Array.from_buffers(TIMESTAMP, len(valid), [bitmap, pa.py_buffer(us)], nulls)
-
-
-def tombstones(data: pa.Table, gone: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table:
-    """`data` (a file's rows, as readers see them) with the rows `gone` marks made tombstones, as TTL
-    compaction and forget rewrites make them: `value`, `block` and `stat` dropped, `cleared` set, and
-    the Merkle leaf of the dropped block kept in `leaf_hash`, so the feed's tree still verifies. Pure."""
-    mask = gone.to_pylist()
-    blocks = data.column("block").to_pylist()
-    leaves = data.column("leaf_hash").to_pylist()
-    new_leaves = [leaf_hash(b) if m and b is not None else lh for m, b, lh in zip(mask, blocks, leaves, strict=True)]
-    cols = {}
-    for name in data.column_names:
-        col = data.column(name)
-        if name in ("value", "block", "stat"):
-            col = pc.if_else(gone, pa.nulls(len(col), col.type), col)
-        elif name == "cleared":
-            col = pc.or_(col, gone)
-        elif name == "leaf_hash":
-            col = pa.array(new_leaves, pa.binary())
-        cols[name] = col
-    return pa.table(cols).select(list(schema.names))
