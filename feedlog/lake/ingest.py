@@ -442,6 +442,10 @@ def _spark_stream(
     """The structured-streaming query; the rows it landed."""
     table = ref.path
     ckpt = checkpoint_location or default_checkpoint(table, [_where(s) for s in sources])
+    # The JVM looks Python data sources up in the thread's active session: a query started from
+    # another thread than the session's (a service running the stream in a thread) has none there
+    with contextlib.suppress(AttributeError):  # (a Spark Connect session has no JVM here, and no such need)
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     reader = (
         spark.readStream.format(SOURCE)
         .option("feeds", ",".join(_where(s) for s in sources))

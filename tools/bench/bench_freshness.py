@@ -233,8 +233,12 @@ def main() -> None:
 
     trigger_ms = parse_duration(args.trigger)
     base = Path(tempfile.mkdtemp(prefix="bench-freshness-"))
-    print(f"freshness: put acknowledged -> row visible to a reader polling every {args.poll_ms} ms; {args.seconds:.0f} s")
-    print(f"per rate; one peer process, one producer; machine: {os.cpu_count()} cores (shared: figures are noisy)")
+    print(
+        f"freshness: put acknowledged -> row visible to a reader polling every {args.poll_ms} ms; {args.seconds:.0f} s"
+    )
+    print(
+        f"{args.seconds:.0f} s per rate; one peer process, one producer; {os.cpu_count()} cores (shared: noisy figures)"
+    )
     engines = [("local", args.trigger)] + ([("spark", "0")] if args.spark else [])
     try:
         for rate in rates:
@@ -243,10 +247,11 @@ def main() -> None:
             for engine, trigger in engines:
                 lat, missing, commits = ours(base, rate, args.seconds, engine, trigger, args.poll_ms)
                 local = lat if engine == "local" else local
+                worst = lat.max() if len(lat) else float("nan")
                 print(
-                    f"  {rate:>5,}/s {engine:<5} trigger {trigger:<5}: p50 {pct(lat, 50):6.0f} ms  p99 {pct(lat, 99):6.0f} ms"
-                    f"  max {lat.max() if len(lat) else float('nan'):6.0f} ms  ({len(lat):,} entries, {missing} not seen,"
-                    f" {commits} versions)"
+                    f"  {rate:>5,}/s {engine:<5} trigger {trigger:<5}: p50 {pct(lat, 50):6.0f} ms"
+                    f"  p99 {pct(lat, 99):6.0f} ms  max {worst:6.0f} ms"
+                    f"  ({len(lat):,} entries, {missing} not seen, {commits} versions)"
                 )
             print(
                 f"  {rate:>5,}/s delta-rs append every {args.trigger} (reference, arrival -> append returned):"
