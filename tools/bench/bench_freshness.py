@@ -233,9 +233,7 @@ def main() -> None:
 
     trigger_ms = parse_duration(args.trigger)
     base = Path(tempfile.mkdtemp(prefix="bench-freshness-"))
-    print(
-        f"freshness: put acknowledged -> row visible to a reader polling every {args.poll_ms} ms; {args.seconds:.0f} s"
-    )
+    print(f"freshness: put acknowledged -> row visible to a reader polling every {args.poll_ms} ms")
     print(
         f"{args.seconds:.0f} s per rate; one peer process, one producer; {os.cpu_count()} cores (shared: noisy figures)"
     )
