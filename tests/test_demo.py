@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from feedlog.cli.demo import leave
+from feedlog.cli.demo import NEXT, leave
 
 from .delta.conftest import deltalake_read, duckdb_read
 
@@ -44,6 +44,7 @@ def test_the_demo_command_tells_its_story_and_keeps_its_files_with_keep(tmp_path
     assert deltalake_read(kept / "table").num_rows == duckdb_read(kept / "table").num_rows == 25_002
     assert (kept / "activity.png").stat().st_size > 0 and (kept / "feed" / "log").exists()
     assert len(out.splitlines()) <= 60  # one screen
+    assert NEXT in out  # and where to read on
 
 
 def test_the_demo_removes_its_directory_unless_kept(tmp_path: Path) -> None:

@@ -112,7 +112,12 @@ def run_demo(
             s.stop(1)
         took = f"demo finished in {time.monotonic() - t0:.1f}s ({tour.summary()})"
         print(f"\n{took}; servers stopped; {leave(base, keep)}")
+    print(NEXT)
     return base if keep else None
+
+
+#: where a reader goes after the demo (the README's map names every page of docs/)
+NEXT = "next: README.md's five-minute tour, then docs/ (`mkdocs serve` shows the docs as a site)"
 
 
 def leave(base: Path, keep: bool) -> str:

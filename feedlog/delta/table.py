@@ -544,7 +544,7 @@ class DeltaTable:
 
     def _retention(self, s: Snapshot, listing: Listing) -> dict[str, Any]:
         """When what the table drops is physically gone, as its properties set it (the deadlines of
-        "What feedlog forgets, and when" in the README): a row made a tombstone (TTL compaction, a
+        "What feedlog forgets, and when" in docs/retention.md): a row made a tombstone (TTL compaction, a
         forget rewrite) leaves the data files once vacuum runs past `delta.deletedFileRetentionDuration`,
         and the log's file stats (which hold keys) once cleanup runs past `delta.logRetentionDuration`
         after a checkpoint; versions older than the horizon are refused to time travel."""

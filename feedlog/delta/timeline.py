@@ -196,7 +196,7 @@ def backward_ict(version: int, ict: int, before: int, previous: int) -> NoReturn
     raise Corruption(
         f"commit {version} has inCommitTimestamp {ict} ({iso(ict)}), not after version {before}'s "
         f"{previous}: commit times there are unreliable, so no time lookup can rely on them (data at "
-        "every version still reads; see the README on repairing in-commit timestamps)"
+        'every version still reads; docs/delta-tables.md, "Time", says how to repair in-commit timestamps)'
     )
 
 
