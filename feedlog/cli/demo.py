@@ -121,10 +121,24 @@ def console_line(base: Path, keep: bool) -> str:
     """The one line that shows the demo's feed and table in a browser (`feedlog console`); the managed
     table's owner is trusted through its database file, since the demo's owner server has stopped."""
     cmd = shlex.join(
-        ["feedlog", "console", "--data", str(base / "feed"), "--table", str(base / "table"),
-         "--owner", str(base / "owner.db"), "--listen", "127.0.0.1:8080"]
+        [
+            "feedlog",
+            "console",
+            "--data",
+            str(base / "feed"),
+            "--table",
+            str(base / "table"),
+            "--owner",
+            str(base / "owner.db"),
+            "--listen",
+            "127.0.0.1:8080",
+        ]
     )
-    return f"look at them: {cmd}" if keep else "`feedlog demo --keep` ends with the `feedlog console` command that shows its feed and table"
+    return (
+        f"look at them: {cmd}"
+        if keep
+        else "`feedlog demo --keep` ends with the `feedlog console` command that shows its feed and table"
+    )
 
 
 def leave(base: Path, keep: bool) -> str:

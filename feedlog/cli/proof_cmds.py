@@ -15,7 +15,7 @@ import sys
 
 from ..errors import Corruption, InvalidArgument, NotFound, PermissionDenied, printable
 from .args import Subcommands, add_command, seq_number
-from .fmt import emit, fmt_ts, json_line
+from .fmt import Json, emit, fmt_ts, json_line
 
 #: the largest proof file read (a block is at most 8 MiB, twice that as hex, plus the path)
 MAX_PROOF_BYTES = 20 << 20
@@ -89,7 +89,7 @@ def cmd_check_proof(ns: argparse.Namespace) -> int:
         entry = record_json(decode_record("entry", proof.seq, proof.block), 0)
     except Corruption:
         entry = None
-    data = {
+    data: dict[str, Json] = {
         "ok": True,
         "key": trusted.hex(),
         "trusted": ns.key is not None,
@@ -99,13 +99,19 @@ def cmd_check_proof(ns: argparse.Namespace) -> int:
     }
 
     def human() -> None:
-        print(f"ok: seq {proof.seq} is block {proof.seq} of the tree of length {proof.state.length} signed by {trusted.hex()}")
+        print(f"ok: seq {proof.seq} is in the tree of length {proof.state.length} signed by {trusted.hex()}")
         if ns.key is None:
             print("note: no --key given; checked against the key the file names (this proves what that key")
             print("      signed, not whose key it is)")
         if entry is not None and "key" in entry:
             value = entry.get("value")
-            shown = "(deleted)" if entry.get("deleted") else bytes.fromhex(value).decode("utf-8", "replace") if value else "-"
+            shown = (
+                "(deleted)"
+                if entry.get("deleted")
+                else bytes.fromhex(value).decode("utf-8", "replace")
+                if value
+                else "-"
+            )
             print(f"entry: {printable(str(entry['key']))} = {printable(shown)} at {fmt_ts(entry.get('timestamp'))}")
 
     emit(ns, data, human)

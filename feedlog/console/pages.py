@@ -166,7 +166,9 @@ class Guard:
             await _plain(with_headers, 405, "read-only: GET and HEAD only\n", [(b"allow", b"GET, HEAD")])
             return
         if self.token_hashes:
-            auth = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"authorization"), None)
+            auth = next(
+                (v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"authorization"), None
+            )
             if not authorized(self.token_hashes, auth):
                 realm = [(b"www-authenticate", b'Basic realm="feedlog console", charset="UTF-8"')]
                 await _plain(with_headers, 401, "a token is needed: any user name, the token as password\n", realm)
@@ -180,7 +182,11 @@ async def _plain(send: Send, status: int, text: str, headers: list[tuple[bytes, 
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()), *headers],
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body})
@@ -254,7 +260,14 @@ def create_app(catalog: Catalog, *, token_hashes: Sequence[bytes] = (), clock: C
         except FeedlogError as e:
             act, act_error = None, str(e)
         return render(
-            "feed.html", ref=ref, info=summary, page=entries, size=size, activity=act, activity_error=act_error, every=every
+            "feed.html",
+            ref=ref,
+            info=summary,
+            page=entries,
+            size=size,
+            activity=act,
+            activity_error=act_error,
+            every=every,
         )
 
     @page

@@ -293,7 +293,11 @@ def commit_json(e: Any, backfilled: int) -> dict[str, Any]:
     has backfilled it into `_delta_log` yet."""
     from ..lake.audit import provenance_of
 
-    return {**e.to_json(), "provenance": [_range(p) for p in provenance_of(e.commit_info)], "backfilled": e.version <= backfilled}
+    return {
+        **e.to_json(),
+        "provenance": [_range(p) for p in provenance_of(e.commit_info)],
+        "backfilled": e.version <= backfilled,
+    }
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -363,4 +367,3 @@ def audit(catalog: Catalog, ref: TableRef) -> dict[str, Any]:
         "summary": report.summary(),
         "feed_lines": [{"summary": f.summary(), "details": f.details()} for f in report.feeds],
     }
-

@@ -24,25 +24,58 @@ DEFAULT_LISTEN = "127.0.0.1:8080"
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", action="append", default=[], metavar="DIR",
-                   help="a feed directory, or a directory of feeds as `feedlog serve --data` keeps them (repeatable)")
-    p.add_argument("--peer", action="append", default=[], metavar="grpc://HOST:PORT/KEY",
-                   help="a feed on a peer, read and verified as it is shown (repeatable; a peer does not list its feeds)")
-    p.add_argument("--table", action="append", default=[], metavar="TABLE",
-                   help="a Delta table directory or object-store URL (repeatable)")
-    p.add_argument("--owner", action="append", default=[], metavar="OWNER",
-                   help="a commit owner to trust for managed tables, grpc://HOST:PORT or a database file "
-                   "(repeatable; default $FEEDLOG_OWNER): its ratified, not yet backfilled commits are shown")
-    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
-                   help="object-store option for the tables (delta-rs's keys); repeatable")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a feed directory, or a directory of feeds as `feedlog serve --data` keeps them (repeatable)",
+    )
+    p.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="grpc://HOST:PORT/KEY",
+        help="a feed on a peer, read and verified as it is shown (repeatable; a peer does not list its feeds)",
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        metavar="TABLE",
+        help="a Delta table directory or object-store URL (repeatable)",
+    )
+    p.add_argument(
+        "--owner",
+        action="append",
+        default=[],
+        metavar="OWNER",
+        help="a commit owner to trust for managed tables, grpc://HOST:PORT or a database file "
+        "(repeatable; default $FEEDLOG_OWNER): its ratified, not yet backfilled commits are shown",
+    )
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="object-store option for the tables (delta-rs's keys); repeatable",
+    )
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}")
     p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
-    p.add_argument("--token-file", metavar="FILE",
-                   help=f"tokens a browser must give (HTTP Basic password, or Bearer), one a line or sha256:HEX; also ${TOKEN_ENV}")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="tokens a browser must give (HTTP Basic password, or Bearer), one a line or sha256:HEX; "
+        f"also ${TOKEN_ENV}",
+    )
     p.add_argument("--insecure", action="store_true", help="allow a --listen beyond loopback without TLS")
-    p.add_argument("--max-connections", type=int, default=64, metavar="N",
-                   help="connections served at once (default 64; more get 503)")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=64,
+        metavar="N",
+        help="connections served at once (default 64; more get 503)",
+    )
 
 
 def token_hashes(ns: argparse.Namespace) -> list[bytes]:
@@ -76,7 +109,9 @@ def bind(listen: str) -> socket.socket:
     check_listen(listen)
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
-    family, kind, proto, _name, address = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _name, address = socket.getaddrinfo(
+        host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(address)

@@ -79,6 +79,8 @@ def proof_from_json(doc: object) -> tuple[Proof, bytes]:
     signed = doc.get("signed")
     if not isinstance(signed, dict):
         raise Corruption("proof: 'signed' is not an object")
-    state = TreeState(_int(signed, "length"), _int(signed, "fork"), _hex(signed, "tree_hash", 32), _hex(signed, "signature", 64))
+    state = TreeState(
+        _int(signed, "length"), _int(signed, "fork"), _hex(signed, "tree_hash", 32), _hex(signed, "signature", 64)
+    )
     proof = Proof(_int(doc, "seq"), _hex(doc, "block"), _nodes(doc, "path"), _nodes(doc, "roots"), state)
     return proof, _hex(doc, "key", 32)

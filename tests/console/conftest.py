@@ -18,8 +18,8 @@ import pytest
 
 from feedlog.cli import main
 from feedlog.log.feed import Feed, Write
-from feedlog.rpc import Address
 from feedlog.replication.sync import push
+from feedlog.rpc import Address
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,8 +49,6 @@ def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> object:
 
 
 def make_world(tmp: Path) -> World:
-    from feedlog_server.app import PeerServer
-
     feed = Feed.create(tmp / "feeds" / "hostile", timestamps="truncate:1m")
     feed.append(
         [
@@ -103,10 +101,14 @@ class Console:
         line = self.proc.stdout.readline()  # the console prints its address once it is bound
         if "serving" not in line:
             self.proc.kill()
-            raise AssertionError(f"console did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
+            raise AssertionError(
+                f"console did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}"
+            )
         self.url = line.split(" at ", 1)[1].split()[0].rstrip("/")
 
-    def get(self, path: str, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    def get(
+        self, path: str, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         req = urllib.request.Request(self.url + path, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
@@ -126,9 +128,7 @@ class Console:
 
 @pytest.fixture(scope="module")
 def console(world: World) -> Iterator[Console]:
-    c = Console(
-        ["--data", str(world.feed.parent), "--peer", world.peer_url, "--table", str(world.table)]
-    )
+    c = Console(["--data", str(world.feed.parent), "--peer", world.peer_url, "--table", str(world.table)])
     try:
         yield c
     finally:

@@ -46,7 +46,7 @@ def test_strangers_text_is_escaped_and_made_visible(console: Console) -> None:
     status, _, body = console.get("/feeds/0?before=5")
     page = text(body)
     assert status == 200
-    assert HOSTILE_KEY not in page and "onmouseover=\"window" not in page and "<img src=x" not in page
+    assert HOSTILE_KEY not in page and 'onmouseover="window' not in page and "<img src=x" not in page
     assert html.escape(HOSTILE_KEY, quote=True) in page  # shown, as text
     assert "\u202e" not in page and "invoice\\u202egpj.exe" in page  # the bidi override is a visible escape
     assert "\x1b" not in page and "\x07" not in page and "\x00" not in page
@@ -61,6 +61,7 @@ def test_feed_page_agrees_with_cat_json_and_pages_with_a_hard_cap(
     rows = cli_json(capsys, "cat", str(world.feed))
     assert isinstance(rows, list)
     status, _, body = console.get("/feeds/0?size=1000000")
+    assert status == 200
     page = text(body)
     seqs = [int(s) for s in __import__("re").findall(r'data-seq="(\d+)"', page)]
     assert len(seqs) == min(len(rows), reads.MAX_PAGE)  # asked for a million: the cap
@@ -125,7 +126,9 @@ def test_the_downloaded_proof_checks_with_feedlog_alone(
     assert status == 404 and b"cleared" in body
 
 
-def test_peer_feed_pages_read_verified_entries(console: Console, world: World, capsys: pytest.CaptureFixture[str]) -> None:
+def test_peer_feed_pages_read_verified_entries(
+    console: Console, world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = cli_json(capsys, "cat", str(world.peer_feed))
     assert isinstance(rows, list)
     page = text(console.get("/feeds/1?size=10")[2])
@@ -183,7 +186,9 @@ def test_beyond_loopback_needs_tls_and_a_token(world: World, tmp_path: Path) -> 
     base = [sys.executable, "-m", "feedlog", "console", "--data", str(world.feed)]
     p = subprocess.run([*base, "--listen", "0.0.0.0:0"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and "TLS" in p.stderr and "Traceback" not in p.stderr
-    p = subprocess.run([*base, "--listen", "0.0.0.0:0", "--insecure"], capture_output=True, text=True, env=env, timeout=60)
+    p = subprocess.run(
+        [*base, "--listen", "0.0.0.0:0", "--insecure"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert p.returncode == 2 and "token" in p.stderr and "Traceback" not in p.stderr
 
 
