@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from feedlog.log.proofs import FORMAT, proof_from_json, proof_json
 
 
 @pytest.fixture
-def doc(tmp_path: Path) -> dict[str, object]:
+def doc(tmp_path: Path) -> Any:
     feed = Feed.create(tmp_path / "f")
     feed.append([Write(f"/k/{i}", f"v{i}".encode(), False, None, None) for i in range(37)])
     d = proof_json(feed.core.proof(21), feed.key)
