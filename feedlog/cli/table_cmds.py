@@ -290,16 +290,7 @@ def cmd_history(ns: argparse.Namespace) -> None:
     if ns.limit is not None and ns.limit < 1:
         raise InvalidArgument("--limit must be >= 1")
     entries = open_table(ns).history(ns.limit)
-    rows = [
-        {
-            "version": e.version,
-            "timestamp": e.timestamp,
-            "in_commit_timestamp": e.in_commit_timestamp,
-            "operation": e.operation,
-            "operation_parameters": e.operation_parameters,
-        }
-        for e in entries
-    ]
+    rows = [e.to_json() for e in entries]
 
     def human() -> None:
         for e in entries:

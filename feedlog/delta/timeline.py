@@ -38,6 +38,16 @@ class HistoryEntry:
     operation_parameters: dict[str, Any] = field(default_factory=dict)
     commit_info: dict[str, Any] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        """What `feedlog table history --json` prints for the commit (the console shows the same)."""
+        return {
+            "version": self.version,
+            "timestamp": self.timestamp,
+            "in_commit_timestamp": self.in_commit_timestamp,
+            "operation": self.operation,
+            "operation_parameters": self.operation_parameters,
+        }
+
 
 class Timeline:
     def __init__(
