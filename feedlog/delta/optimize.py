@@ -160,7 +160,9 @@ def auto_compact_rule(conf: Mapping[str, str], min_num_files: int | None = None)
         try:
             min_num_files = DEFAULT_AUTO_MIN_FILES if raw is None else int(raw)
         except ValueError:
-            raise InvalidArgument(f"table property {AUTO_COMPACT_MIN_FILES} must be a whole number, not {raw!r}") from None
+            raise InvalidArgument(
+                f"table property {AUTO_COMPACT_MIN_FILES} must be a whole number, not {raw!r}"
+            ) from None
     if min_num_files < 2:
         raise InvalidArgument(f"auto-compaction needs at least 2 files to compact, not {min_num_files}")
     return AutoCompact(biggest, max(1, biggest // 2), min_num_files)
@@ -233,24 +235,16 @@ def plan(
         small = [a.size < below or has_deletion_vector(a) for a in ordered]
         if sum(small) < max(min_num_files, 1):
             continue
-        current: list[Add] = []
+        runs: list[list[Add]] = [[]]
         size = 0
-
-        def close() -> None:
-            if len(current) > 1 or (current and has_deletion_vector(current[0])):
-                bins.append(Bin(part, tuple(current)))
-
         for a, is_small in zip(ordered, small, strict=True):
-            if not is_small:
-                close()
-                current, size = [], 0
-                continue
-            if current and size + a.size > target:
-                close()
-                current, size = [], 0
-            current.append(a)
-            size += a.size
-        close()
+            if not is_small or (runs[-1] and size + a.size > target):
+                runs.append([])
+                size = 0
+            if is_small:
+                runs[-1].append(a)
+                size += a.size
+        bins += [Bin(part, tuple(r)) for r in runs if len(r) > 1 or (r and has_deletion_vector(r[0]))]
     return bins
 
 
