@@ -294,7 +294,7 @@ class _BeforeNextCommit(LocalStorage):
     """The real local storage, running `pending` (another writer's commit) just before the next
     commit file is written: a writer that commits while OPTIMIZE rewrites."""
 
-    pending: Callable[[], None] | None = None
+    pending: Callable[[], object] | None = None
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         if self.pending is not None and path.startswith("_delta_log/") and path.endswith(".json"):

@@ -4,7 +4,9 @@ pass, against TTL compaction running meanwhile, and never re-delivered to a stre
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -33,9 +35,7 @@ def quiet(_m: str) -> None:
 
 def opened(table: Path, storage: LocalStorage | None = None) -> DeltaTable:
     """The ingested table as feedlog's jobs open it: its embedded owner trusted, its token presented."""
-    return DeltaTable.open(
-        storage or table, owner_token=table_token(str(table), None), owner=trusted(str(table), None)
-    )
+    return DeltaTable.open(storage or table, owner_token=table_token(str(table), None), owner=trusted(str(table), None))
 
 
 def ingest_rounds(tmp_path: Path, rounds: int, *, per: int = 5, ttl: int | None = None) -> tuple[Path, list[int]]:
@@ -126,7 +126,7 @@ def test_maintain_compacts_after_the_rewrites_before_the_checkpoint(tmp_path: Pa
 class _Before(LocalStorage):
     """Runs `pending` (another job's commit) just before the next commit file is written."""
 
-    pending = None
+    pending: Callable[[], object] | None = None
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         if self.pending is not None and path.startswith("_delta_log/") and path.endswith(".json"):
@@ -168,7 +168,7 @@ def test_a_stream_of_the_table_does_not_see_optimize_again(tmp_path: Path) -> No
     reader = DeltaSink(CaseInsensitiveDict({"path": str(table)})).streamReader(StructType())
     assert isinstance(reader, DeltaStreamReader)
 
-    def read(start: dict, end: dict) -> list[int]:
+    def read(start: dict[str, Any], end: dict[str, Any]) -> list[int]:
         seqs: list[int] = []
         for part in reader.partitions(start, end):
             assert isinstance(part, FilesPartition)
