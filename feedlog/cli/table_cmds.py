@@ -377,10 +377,7 @@ def cmd_optimize(ns: argparse.Namespace) -> None:
 
     def human() -> None:
         if r.version is None:
-            print(
-                f"nothing to compact: {plural(r.files_before, 'live file')}, none smaller than "
-                f"{fmt_size(r.target_size)} with another to join ({r.seconds:.1f} s)"
-            )
+            print(f"nothing to compact: {plural(r.files_before, 'live file')} (target {fmt_size(r.target_size)})")
             return
         print(
             f"compacted {plural(r.files_removed, 'file')} ({fmt_size(r.bytes_removed)}) into "
