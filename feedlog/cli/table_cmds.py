@@ -1,4 +1,4 @@
-"""`feedlog table create|history|version-at|checkpoint|cleanup|vacuum|enable-ict|info|backfill|convert PATH`.
+"""`feedlog table create|history|version-at|checkpoint|cleanup|vacuum|optimize|enable-ict|info|backfill|convert PATH`.
 
 Every command works on managed tables too: the table's metadata names its
 commit owner, reads ask it for un-backfilled commits, and writes present the
@@ -31,7 +31,7 @@ from .args import (
     storage_option_args,
     storage_options_of,
 )
-from .fmt import Json, emit, fmt_ts, plural
+from .fmt import Json, emit, fmt_size, fmt_ts, plural
 from .remote import tls_args, tls_of
 
 if TYPE_CHECKING:  # Delta and pyarrow load when a table command runs, not for every `feedlog` command
@@ -356,6 +356,39 @@ def cmd_vacuum(ns: argparse.Namespace) -> None:
     emit(ns, doc, human)
 
 
+def cmd_optimize(ns: argparse.Namespace) -> None:
+    from ..delta.optimize import parse_size
+
+    size = None if ns.target_size is None else parse_size(ns.target_size)  # bad input: before opening
+    r = open_table(ns).optimize(size)
+    doc: dict[str, Json] = {
+        "version": r.version,
+        "target_size": r.target_size,
+        "files_before": r.files_before,
+        "files_after": r.files_after,
+        "files_removed": r.files_removed,
+        "files_added": r.files_added,
+        "bytes_removed": r.bytes_removed,
+        "bytes_added": r.bytes_added,
+        "partitions_optimized": r.partitions_optimized,
+        "seconds": round(r.seconds, 3),
+        "metrics": dict(r.metrics),
+    }
+
+    def human() -> None:
+        if r.version is None:
+            print(f"nothing to compact: {plural(r.files_before, 'live file')} (target {fmt_size(r.target_size)})")
+            return
+        print(
+            f"compacted {plural(r.files_removed, 'file')} ({fmt_size(r.bytes_removed)}) into "
+            f"{plural(r.files_added, 'file')} ({fmt_size(r.bytes_added)}) in {r.seconds:.1f} s: "
+            f"{r.files_before:,} -> {plural(r.files_after, 'live file')} (version {r.version}, "
+            f"target {fmt_size(r.target_size)})"
+        )
+
+    emit(ns, doc, human)
+
+
 def cmd_enable_ict(ns: argparse.Namespace) -> None:
     result = open_table(ns).enable_ict()
     if result.skipped:
@@ -457,6 +490,13 @@ def register(sub: Subcommands) -> None:
         action="store_true",
         help="allow a --retain shorter than the table's delta.deletedFileRetentionDuration (delta's "
         "retentionDurationCheck off): readers of old versions and running writers may lose files",
+    )
+    p = add("optimize", cmd_optimize, "compact small data files into files near a target size (OPTIMIZE)")
+    p.add_argument(
+        "--target-size",
+        metavar="SIZE",
+        help="bytes per file, e.g. 128MiB, 1GB or 1048576 (units are powers of 1024, as in Spark; "
+        "default: the table's delta.targetFileSize, else 100MiB)",
     )
     add("enable-ict", cmd_enable_ict, "turn on in-commit timestamps for an existing table")
     add("info", cmd_info, "version, protocol, features, properties, file and row counts")
