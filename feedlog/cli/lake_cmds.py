@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
     from pyspark.sql import SparkSession
 
     from ..lake.ingest import FeedPlan
+    from ..lake.sink import TableRef
 
 
 @contextlib.contextmanager
@@ -86,17 +87,19 @@ class _Ticker:
 def cmd_ingest(ns: argparse.Namespace) -> None:
     from ..lake.feeds import parse_sources
     from ..lake.ingest import nothing_new, plan, plan_lines
-    from ..lake.sink import table_location
+    from ..lake.sink import TableRef, table_location
 
     sources = parse_sources(",".join(ns.sources))  # bad specs and table locations fail here, before Spark starts
-    table = table_location(ns.table)
+    table_location(ns.table)
     storage = storage_options_of(ns)
-    if ns.checkpoint_location and not ns.stream:
-        raise InvalidArgument("--checkpoint-location is for --stream")
+    _stream_flags(ns)
     say: Callable[[str], None] = (lambda _m: None) if ns.json else (lambda m: print(m, flush=True))
+    # The table is resolved once, here, and its handle goes from the plan to the commits (a stream
+    # does not reopen it per trigger).
+    ref = TableRef.resolve(ns.table, ns.owner, token_of(ns), storage)
     # Ask the sources and the table first, without Spark (seconds, not the half minute Spark takes
     # to start): a peer that is down, a table of another schema and "nothing new" end here.
-    plans = plan(sources, table, ns.owner, storage)
+    plans = plan(sources, ref)
     quiet = nothing_new(plans)
     if quiet is not None and (not ns.stream or ns.available_now):
         fields: dict[str, Any] = {"version": None, "rows": 0, "seconds": 0.0, "ict": None}
@@ -117,26 +120,57 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         ticker = stack.enter_context(_Ticker(ns, total, enabled=not ns.stream, engine=engine))
         spark = stack.enter_context(_session(ns)) if engine == "spark" else None
-        data, human = _ingest(ns, spark, say, plans, ticker)
+        data, human = _ingest(ns, spark, say, plans, ticker, ref)
     data["engine"] = engine
     emit(ns, data, human)  # after the progress bar closed: the result starts its own line
 
 
 def _engine(ns: argparse.Namespace, plans: Sequence[Any]) -> str:
-    """Where a batch ingest runs: `spark`, or `local` (this process, no Spark) for `--engine auto`
-    when no Spark master was asked for and the ranges are small enough that Spark's start would cost
-    more than the work (`ingest.runs_here`). A stream always runs on Spark."""
+    """Where an ingest runs: `spark`, or `local` (this process, no Spark) for `--engine auto` when no
+    Spark master was asked for and, for a batch, the ranges are small enough that Spark's start would
+    cost more than the work (`ingest.runs_here`). A stream on one machine runs here (`stream_local`:
+    it follows the sources' live tails and needs no JVM) unless a master or Spark's checkpoint
+    directory is named."""
     from ..lake.ingest import runs_here
 
-    if ns.stream:
-        if ns.engine == "local":
-            raise InvalidArgument("--stream runs on Spark: --engine local is for a batch ingest")
-        return "spark"
     if ns.engine == "local" and ns.master:
         raise InvalidArgument("--master is for --engine spark")
+    if ns.engine == "local" and ns.checkpoint_location:
+        raise InvalidArgument(
+            "--checkpoint-location is for --engine spark (the local engine keeps its progress in the table)"
+        )
     if ns.engine != "auto":
         return str(ns.engine)
+    if ns.stream:
+        return "spark" if ns.master is not None or ns.checkpoint_location else "local"
     return "local" if ns.master is None and runs_here(plans) else "spark"
+
+
+def _stream_flags(ns: argparse.Namespace) -> None:
+    """The streaming flags checked before anything runs: each is for --stream, and durations parse
+    (`parse_duration`, as `maintain --every`; --trigger also takes 0: as fast as possible)."""
+    from ..log.timestamps import parse_duration
+
+    if not ns.stream:
+        for flag, given in (
+            ("--checkpoint-location", ns.checkpoint_location),
+            ("--trigger", ns.trigger),
+            ("--maintain-every", ns.maintain_every),
+            ("--timeout", ns.timeout),
+            ("--available-now", ns.available_now),
+            ("--max-entries-per-trigger", ns.max_entries_per_trigger is not None),
+        ):
+            if given:
+                raise InvalidArgument(f"{flag} is for --stream")
+    if ns.trigger is not None and ns.available_now:
+        raise InvalidArgument("--trigger and --available-now are two triggers: give one")
+    if ns.max_entries_per_trigger is not None and ns.max_entries_per_trigger < 1:
+        raise InvalidArgument(f"--max-entries-per-trigger must be >= 1, got {ns.max_entries_per_trigger}")
+    ns.trigger_ms = (
+        None if ns.trigger is None else 0 if ns.trigger.strip() in ("0", "0s", "0ms") else parse_duration(ns.trigger)
+    )
+    ns.maintain_every_ms = None if ns.maintain_every is None else parse_duration(ns.maintain_every)
+    ns.timeout_s = None if ns.timeout is None else parse_duration(ns.timeout) / 1000
 
 
 def _ingest(
@@ -145,6 +179,7 @@ def _ingest(
     say: Callable[[str], None],
     plans: Sequence[FeedPlan],
     ticker: _Ticker,
+    ref: TableRef,
 ) -> tuple[dict[str, Any], str]:
     """The job; its result as (JSON, human line)."""
     from ..lake.ingest import ingest_batch, ingest_stream
@@ -160,16 +195,23 @@ def _ingest(
         r = ingest_stream(
             spark,
             ns.sources,
-            ns.table,
+            ref,
             checkpoint_location=ns.checkpoint_location,
             available_now=ns.available_now,
             max_entries_per_trigger=ns.max_entries_per_trigger,
+            trigger_seconds=None if ns.trigger_ms is None else ns.trigger_ms / 1000,
+            timeout=ns.timeout_s,
+            maintain_every_ms=ns.maintain_every_ms,
             **common,
         )
-        said = f"ingested {plural(r.rows, 'entry', 'entries')} in {r.seconds:.1f}s"
-        return {"rows": r.rows, "seconds": round(r.seconds, 3)}, said
+        commits = f" ({plural(r.commits, 'commit')})" if spark is None else ""
+        said = f"ingested {plural(r.rows, 'entry', 'entries')} in {r.seconds:.1f}s{commits}"
+        out: dict[str, Any] = {"rows": r.rows, "seconds": round(r.seconds, 3)}
+        if spark is None:
+            out["commits"], out["version"] = r.commits, r.version
+        return out, said
     ticker.note = "planning the Spark job" if spark is not None else "reading and writing"
-    r = ingest_batch(spark, ns.sources, ns.table, plans=plans, tasks=ticker.tasks, **common)
+    r = ingest_batch(spark, ns.sources, ref, plans=plans, tasks=ticker.tasks, **common)
     ticker.done, ticker.note = r.rows, "committed" if r.version is not None else "done"
     rate = r.rows / r.seconds if r.seconds else 0
     human = (
@@ -370,16 +412,36 @@ def register(sub: Subcommands) -> None:
     )
     token_args(p)
     storage_option_args(p)
-    p.add_argument("--stream", action="store_true", help="run a streaming query until stopped (Ctrl-C)")
+    p.add_argument(
+        "--stream", action="store_true", help="follow the sources and land new entries until stopped (Ctrl-C)"
+    )
     p.add_argument("--available-now", action="store_true", help="with --stream: stop once caught up")
-    p.add_argument("--max-entries-per-trigger", type=int, metavar="N", help="with --stream: micro-batch size")
-    p.add_argument("--checkpoint-location", metavar="DIR", help="with --stream: Spark's checkpoint directory")
+    p.add_argument(
+        "--trigger",
+        metavar="DURATION",
+        help="with --stream: a micro-batch at most every DURATION, e.g. 100ms, 1s; 0: as fast as possible "
+        "(default 100ms on the local engine, 1s on Spark)",
+    )
+    p.add_argument(
+        "--max-entries-per-trigger",
+        type=int,
+        metavar="N",
+        help="with --stream: at most about N entries a micro-batch (the local engine commits as soon as it holds N)",
+    )
+    p.add_argument(
+        "--maintain-every",
+        metavar="DURATION",
+        help="with --stream: a `feedlog maintain` pass every DURATION beside the stream, e.g. 10m",
+    )
+    p.add_argument("--timeout", metavar="DURATION", help="with --stream: stop after DURATION")
+    p.add_argument("--checkpoint-location", metavar="DIR", help="with --stream on Spark: Spark's checkpoint directory")
     p.add_argument(
         "--engine",
         choices=("auto", "spark", "local"),
         default="auto",
-        help="where a batch ingest runs: 'spark' (a Spark job), 'local' (this process, no Spark), or 'auto' "
-        "(default): local for up to 1,000,000 new entries and 1 GiB of blocks when no --master is given, else Spark",
+        help="where the ingest runs: 'spark' (a Spark job), 'local' (this process, no Spark), or 'auto' "
+        "(default): a batch runs locally for up to 1,000,000 new entries and 1 GiB of blocks, a --stream "
+        "always, unless --master (or --checkpoint-location) is given",
     )
     p.add_argument("--master", help="Spark master URL (default local[*]); implies --engine spark under auto")
     p.add_argument("--json", action="store_true")

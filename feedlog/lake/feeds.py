@@ -157,19 +157,23 @@ class FeedSource:
             return
         with self._core() as core:
             core.refresh()
-            if end > core.length:
-                raise NotFound(f"{self.spec}: asked for blocks up to {end}, the feed has {core.length}")
-            v = SegmentVerifier(self.key, start, merkle.nodes_for_roots(start, core.node), source=self.spec)
-            pos = start
-            while pos < end:
-                segs = core.segments(pos, end, READ_BYTES, check=False)  # the verifier hashes every block
-                if not segs:
-                    raise Corruption(f"{self.spec}: no blocks at {pos}")
-                for seg in segs:
-                    done = v.add(seg)
-                    pos = seg.end
-                    if done is not None:
-                        yield done.trimmed(end)
+            yield from self.read_core(core, start, end)
+
+    def read_core(self, core: Core, start: int, end: int) -> Iterator[Verified]:
+        """`read` of a local feed through a core the caller holds open (a follower polling its length)."""
+        if end > core.length:
+            raise NotFound(f"{self.spec}: asked for blocks up to {end}, the feed has {core.length}")
+        v = SegmentVerifier(self.key, start, merkle.nodes_for_roots(start, core.node), source=self.spec)
+        pos = start
+        while pos < end:
+            segs = core.segments(pos, end, READ_BYTES, check=False)  # the verifier hashes every block
+            if not segs:
+                raise Corruption(f"{self.spec}: no blocks at {pos}")
+            for seg in segs:
+                done = v.add(seg)
+                pos = seg.end
+                if done is not None:
+                    yield done.trimmed(end)
 
 
 def _verified(client: FeedClient, key: bytes, start: int, end: int) -> Iterator[Verified]:

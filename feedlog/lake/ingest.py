@@ -13,7 +13,12 @@ whole Parquet write), the `feedlog-delta` sink's checks, files and commit; or th
 same tasks in this process without Spark (`land.land_here`).
 Streaming: the same pair as a structured-streaming query with a checkpoint
 (default `<table>/_feedlog/checkpoints/<sources hash>`), micro-batches until
-stopped, or until caught up with `available_now`.
+stopped, or until caught up with `available_now`; or, without Spark, the
+sources' live tails landed in this process (`stream_local`), progress kept by the
+table's txn markers alone. Either may run `maintain` beside it (`stream_maintenance`).
+
+The table is resolved once per job (`sink.TableRef`) and its handle passed from the
+plan to the commit(s).
 
 Failures inside Spark come back as the feedlog error that caused them
 (`spark_errors.spark_job`), so the CLI can print one line and the right exit code.
@@ -39,12 +44,15 @@ from ..delta import TableNotFound
 from ..delta.schema import conform
 from .feeds import FeedSource, parse_sources
 from .land import land, land_here
+from .maintain import MaintainReport
 from .rows import SCHEMA
 from .sink import FORMAT as SINK
-from .sink import STATE_DIR, STORAGE_PREFIX, app_id, is_url, open_table, table_location
+from .sink import STATE_DIR, STORAGE_PREFIX, TableRef, app_id, is_url
 from .source import FIRST_SEQ
 from .source import FORMAT as SOURCE
 from .spark_errors import root_error, spark_job
+from .stream_local import DEFAULT_TRIGGER_MS, StreamSettings, StreamStats, stream_here
+from .stream_maintenance import StreamMaintenance
 
 Progress = Callable[[str], None]
 #: (Spark tasks done, tasks known) of the running job, reported while it runs
@@ -77,29 +85,38 @@ class IngestResult:
     rows: int
     seconds: float
     in_commit_timestamp: int | None = None
+    #: commits a stream made (a batch job makes one or none)
+    commits: int = 0
 
 
 def landed(
-    table: str, sources: Sequence[FeedSource], owner: str | None = None, storage: Mapping[str, str] | None = None
+    table: str | TableRef,
+    sources: Sequence[FeedSource],
+    owner: str | None = None,
+    storage: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Where each feed's rows in the table end (its txn marker), FIRST_SEQ for a new feed or table.
 
     A table whose schema cannot take the source's rows is refused here (SchemaMismatch), before a
     job would fail on it."""
+    ref = TableRef.resolve(table, owner, None, storage)
     try:
-        t = open_table(table, None, owner, storage)
+        t = ref.open()
     except TableNotFound:
         return {s.key_hex: FIRST_SEQ for s in sources}
     try:
         # (from_batches: Schema.empty_table would import pandas, seconds of a no-op rerun on a busy machine)
         conform(pa.Table.from_batches([], schema=SCHEMA), t.snapshot().schema)
     except errors.InvalidArgument as e:
-        raise type(e)(f"{table} is not a table of feed rows (feedlog ingest makes those): {e}") from None
+        raise type(e)(f"{ref.path} is not a table of feed rows (feedlog ingest makes those): {e}") from None
     return {s.key_hex: max(t.txn_version(app_id(s.key_hex)) or FIRST_SEQ, FIRST_SEQ) for s in sources}
 
 
 def plan(
-    sources: Sequence[FeedSource], table: str, owner: str | None = None, storage: Mapping[str, str] | None = None
+    sources: Sequence[FeedSource],
+    table: str | TableRef,
+    owner: str | None = None,
+    storage: Mapping[str, str] | None = None,
 ) -> list[FeedPlan]:
     """Each feed's range to land: from its txn marker in the table to the length its source signed.
     No Spark: the table's log is read here and each source asked once (a down peer fails fast)."""
@@ -174,7 +191,7 @@ def runs_here(
 def ingest_batch(
     spark: Any | None,
     specs: Sequence[str],
-    table: str,
+    table: str | TableRef,
     *,
     owner: str | None = None,
     token: str | None = None,
@@ -187,10 +204,11 @@ def ingest_batch(
     with `storage_options`), exactly once; with `spark` None, the same job in this process without
     Spark (`land.land_here`: for ranges that take less time than Spark takes to start).
     `plans`: `plan`'s answer if the caller asked already; `tasks`: told (done, total) of the job's
-    tasks about every second while it runs."""
-    table = table_location(table)
+    tasks about every second while it runs; `table` may be the job's `TableRef`, resolved by the caller
+    (as `plan` was given it): the job then opens the table no more."""
+    ref = TableRef.resolve(table, owner, token, storage_options)
     if plans is None:  # (a caller that planned has told its user the plan already)
-        plans = plan(parse_sources(",".join(specs)), table, owner, storage_options)
+        plans = plan(parse_sources(",".join(specs)), ref)
         for line in plan_lines(plans):
             progress(line)
     if nothing_new(plans) is not None:
@@ -199,7 +217,7 @@ def ingest_batch(
     total = sum(p.entries for p in plans)
     t0 = time.monotonic()
     job = uuid.uuid4().hex  # recorded in our commit: a concurrent job may commit after us
-    before = _version(table, owner, storage_options)
+    before = ref.version()
 
     def offsets(attr: str) -> str:
         return json.dumps({p.source.key_hex: getattr(p, attr) for p in plans})
@@ -211,12 +229,12 @@ def ingest_batch(
     }
     sink_options = _sink_options(owner, token, storage_options, job)
     if spark is None:
-        land_here(read_options, table, sink_options, tasks)
+        land_here(read_options, ref.path, sink_options, tasks, ref=ref)
     else:
         with spark_job(), watching(spark, tasks):
-            land(spark, read_options, table, sink_options)
+            land(spark, read_options, ref.path, sink_options, ref=ref)
     seconds = time.monotonic() - t0
-    t = open_table(table, token, owner, storage_options)
+    t = ref.open()
     done = all((t.txn_version(app_id(p.source.key_hex)) or 0) >= p.end for p in plans)
     if not done:
         raise errors.Conflict("the commit did not record every feed's progress; rerun to finish")
@@ -262,14 +280,6 @@ def watching(spark: Any, report: TaskProgress | None, every: float = WATCH_EVERY
         thread.join(timeout=every + 5)
 
 
-def _version(table: str, owner: str | None, storage: Mapping[str, str] | None) -> int:
-    """The table's version now, -1 if there is no table yet."""
-    try:
-        return open_table(table, None, owner, storage).version()
-    except TableNotFound:
-        return -1
-
-
 def _job_of(info: Mapping[str, Any]) -> str | None:
     block = info.get("feedlog")
     job = block.get("job") if isinstance(block, dict) else None
@@ -288,24 +298,154 @@ def default_checkpoint(table: str, specs: Sequence[str]) -> str:
 
 
 def ingest_stream(
-    spark: Any,
+    spark: Any | None,
     specs: Sequence[str],
-    table: str,
+    table: str | TableRef,
     *,
     owner: str | None = None,
     token: str | None = None,
     checkpoint_location: str | None = None,
     available_now: bool = False,
-    trigger_seconds: float = 1.0,
+    trigger_seconds: float | None = None,
     max_entries_per_trigger: int | None = None,
     timeout: float | None = None,
     storage_options: Mapping[str, str] | None = None,
     progress: Progress = print,
+    maintain_every_ms: int | None = None,
+    stats: StreamStats | None = None,
+    stop: threading.Event | None = None,
 ) -> IngestResult:
+    """Stream the feeds into `table` until stopped (Ctrl-C, `stop`), `timeout` s, or caught up
+    (`available_now`), exactly once through the table's txn markers.
+
+    With `spark` a structured-streaming query (checkpoint as `default_checkpoint`; trigger default
+    1 s); without, the same in this process (`stream_local`: trigger default 100 ms, no checkpoint
+    directory: the table's markers are the progress). `trigger_seconds` 0: micro-batches as fast as
+    they go. `maintain_every_ms`: a `maintain` pass that often beside the stream
+    (`stream_maintenance`); `stats` (local engine) is filled as it runs, for a metrics endpoint."""
     sources = parse_sources(",".join(specs))
-    table = table_location(table)
-    starts = landed(table, sources, owner, storage_options)  # (the table's progress: no Spark needed)
+    ref = TableRef.resolve(table, owner, token, storage_options)
+    starts = landed(ref, sources)  # (the table's progress: no Spark needed)
+    if trigger_seconds is not None and trigger_seconds < 0:
+        raise errors.InvalidArgument("the trigger must be >= 0 seconds")
+    maintenance = None
+    if maintain_every_ms is not None:
+        if maintain_every_ms <= 0:
+            raise errors.InvalidArgument("the maintenance interval must be greater than zero")
+        maintenance = StreamMaintenance(
+            ref.path,
+            maintain_every_ms,
+            token=token,
+            owner=owner,
+            storage_options=storage_options,
+            spark=spark,
+            engine="auto" if spark is not None else "local",
+            on_report=lambda r: progress(f"maintenance: {maintained(r)}"),
+            on_error=lambda e: progress(f"maintenance pass failed, the next retries: {e}"),
+        )
+
+    def check() -> None:
+        if maintenance is not None and maintenance.failed is not None:
+            raise maintenance.failed
+
+    t0 = time.monotonic()
+    if spark is None:
+        settings = StreamSettings(
+            trigger_ms=DEFAULT_TRIGGER_MS if trigger_seconds is None else round(trigger_seconds * 1000),
+            max_entries_per_trigger=max_entries_per_trigger,
+            available_now=available_now,
+            timeout_s=timeout,
+        )
+        settings.check()
+        if checkpoint_location:
+            raise errors.InvalidArgument("--checkpoint-location is for --engine spark (the local engine keeps none)")
+        until = "stops once what the feeds hold now has landed" if available_now else "Ctrl-C stops"
+        trigger = f"trigger {settings.trigger_ms} ms" if settings.trigger_ms else "no trigger interval"
+        progress(f"streaming {len(sources)} feed(s) into {ref.path} in this process ({trigger}); {until}")
+        try:
+            if maintenance is not None:
+                maintenance.start()
+            st = stream_here(
+                sources,
+                ref,
+                _sink_options(owner, token, storage_options),
+                settings,
+                starts=starts,
+                stats=stats,
+                progress=progress,
+                stop=stop,
+                check=check,
+            )
+        finally:
+            if maintenance is not None:
+                maintenance.stop()
+        check()
+        return IngestResult(st.version, st.entries, time.monotonic() - t0, commits=st.commits)
+    try:
+        if maintenance is not None:
+            maintenance.start()
+        rows = _spark_stream(
+            spark,
+            sources,
+            ref,
+            starts,
+            owner=owner,
+            token=token,
+            checkpoint_location=checkpoint_location,
+            available_now=available_now,
+            trigger_seconds=1.0 if trigger_seconds is None else trigger_seconds,
+            max_entries_per_trigger=max_entries_per_trigger,
+            timeout=timeout,
+            storage_options=storage_options,
+            progress=progress,
+            stop=stop,
+            check=check,
+        )
+    finally:
+        if maintenance is not None:
+            maintenance.stop()
+    check()
+    return IngestResult(None, rows, time.monotonic() - t0)
+
+
+def maintained(r: MaintainReport) -> str:
+    """A maintenance pass beside a stream, in a few words."""
+    parts = [
+        f"{r.rows_expired} expired and {r.rows_forgotten} forgotten rows cleared",
+        f"checkpoint at {r.checkpoint}" if r.checkpoint is not None else "checkpoint current",
+        f"{r.log_files_deleted} log files deleted",
+        f"{r.vacuum['files_deleted']} data files vacuumed" if r.vacuum else "nothing to vacuum",
+    ]
+    if r.deferred:
+        parts.append(f"deferred: {', '.join(r.deferred)}")
+    return "; ".join(parts)
+
+
+def _spark_stream(
+    spark: Any,
+    sources: Sequence[FeedSource],
+    ref: TableRef,
+    starts: Mapping[str, int],
+    *,
+    owner: str | None,
+    token: str | None,
+    checkpoint_location: str | None,
+    available_now: bool,
+    trigger_seconds: float,
+    max_entries_per_trigger: int | None,
+    timeout: float | None,
+    storage_options: Mapping[str, str] | None,
+    progress: Progress,
+    stop: threading.Event | None,
+    check: Callable[[], None],
+) -> int:
+    """The structured-streaming query; the rows it landed."""
+    table = ref.path
     ckpt = checkpoint_location or default_checkpoint(table, [_where(s) for s in sources])
+    # The JVM looks Python data sources up in the thread's active session: a query started from
+    # another thread than the session's (a service running the stream in a thread) has none there
+    with contextlib.suppress(AttributeError):  # (a Spark Connect session has no JVM here, and no such need)
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     reader = (
         spark.readStream.format(SOURCE)
         .option("feeds", ",".join(_where(s) for s in sources))
@@ -313,7 +453,6 @@ def ingest_stream(
     )
     if max_entries_per_trigger:
         reader = reader.option("maxEntriesPerTrigger", str(max_entries_per_trigger))
-    t0 = time.monotonic()
     rows = 0
     with spark_job():
         writer = reader.load().writeStream.format(SINK).options(**_sink_options(owner, token, storage_options))
@@ -343,6 +482,9 @@ def ingest_stream(
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while query.isActive and (deadline is None or time.monotonic() < deadline):
+                if stop is not None and stop.is_set():
+                    break
+                check()
                 query.awaitTermination(0.5)
                 rows += report()
         except KeyboardInterrupt:
@@ -354,4 +496,4 @@ def ingest_stream(
         failed = query.exception()
         if failed is not None:
             raise root_error(failed)
-    return IngestResult(None, rows, time.monotonic() - t0)
+    return rows

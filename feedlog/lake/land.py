@@ -45,16 +45,22 @@ from .. import failpoints
 from ..delta.transaction import CommitResult
 from ..errors import FeedlogError, Unavailable
 from .rows import SCHEMA
-from .sink import FilesWritten, SinkConfig
+from .sink import FilesWritten, SinkConfig, TableRef
 from .source import FeedBatchReader, FeedPartition, SourceFeed, read_partition
 
 
 def land(
-    spark: Any, read_options: Mapping[str, str], table: str, write_options: Mapping[str, str]
+    spark: Any,
+    read_options: Mapping[str, str],
+    table: str,
+    write_options: Mapping[str, str],
+    *,
+    ref: TableRef | None = None,
 ) -> CommitResult | None:
     """Read the feeds `read_options` name (the `feedlog` source's options) and append their rows to
-    `table` (the `feedlog-delta` sink's options): the commit made, or None if there was nothing new."""
-    reader, parts, config = _prepare(read_options, table, write_options)
+    `table` (the `feedlog-delta` sink's options): the commit made, or None if there was nothing new.
+    `ref`: the job's table, resolved once; the driver's commit goes through its handle."""
+    reader, parts, config = _prepare(read_options, table, write_options, ref)
     if not parts:
         return None
     task = functools.partial(_write_partition, reader.feeds, config, task_attempts(spark))
@@ -111,6 +117,8 @@ def land_here(
     table: str,
     write_options: Mapping[str, str],
     tasks: Callable[[int, int], None] | None = None,
+    *,
+    ref: TableRef | None = None,
 ) -> CommitResult | None:
     """`land` without Spark: the same tasks one after another in this process, then the same commit.
 
@@ -119,8 +127,8 @@ def land_here(
     and a rerun by either picks up where the other stopped. A task or commit that fails removes the
     files no commit holds (as Spark's abort does); a process killed outright before its commit leaves
     its files unreferenced, as a killed Spark driver does: no reader sees them. `tasks`: told
-    (done, total) as each task ends."""
-    reader, parts, config = _prepare(read_options, table, write_options)
+    (done, total) as each task ends; `ref` as `land`'s."""
+    reader, parts, config = _prepare(read_options, table, write_options, ref)
     if not parts:
         return None
     written: list[FilesWritten] = []
@@ -136,13 +144,13 @@ def land_here(
 
 
 def _prepare(
-    read_options: Mapping[str, str], table: str, write_options: Mapping[str, str]
+    read_options: Mapping[str, str], table: str, write_options: Mapping[str, str], ref: TableRef | None
 ) -> tuple[FeedBatchReader, list[FeedPartition], SinkConfig]:
     """The reader, its tasks and the sink's checked configuration (the table created if missing)."""
     reader = FeedBatchReader(read_options)
     parts = list(reader.partitions())
     config = SinkConfig.prepare(
-        {**write_options, "path": table}, from_arrow_schema(SCHEMA), overwrite=False, streaming=False
+        {**write_options, "path": table}, from_arrow_schema(SCHEMA), overwrite=False, streaming=False, ref=ref
     )
     return reader, parts, config
 

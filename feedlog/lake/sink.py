@@ -242,6 +242,52 @@ def open_table(
     )
 
 
+@dataclass
+class TableRef:
+    """A job's table, resolved once at its entrance: where it is (`table_location`), its owner spec,
+    token and store options, and the open handle (None while the table does not exist yet).
+
+    Batch and streaming ingest pass this from their planning to their commit, so a job reads the
+    table's log and talks to its owner through one `DeltaTable` (whose state each read catches up
+    from) instead of re-resolving the path in each step, and a stream does not redo it every trigger.
+    Not pickled to executors: `SinkConfig` carries the plain fields and drops the handle."""
+
+    path: str
+    owner: str | None = None
+    token: str | None = None
+    storage_options: dict[str, str] | None = None
+    table: DeltaTable | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        table: str | TableRef,
+        owner: str | None = None,
+        token: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> TableRef:
+        """`table` as given if it is a ref already; else its location resolved and the table opened if it exists."""
+        if isinstance(table, TableRef):
+            return table
+        ref = cls(table_location(table), owner, token, dict(storage_options) if storage_options else None)
+        with contextlib.suppress(TableNotFound):
+            ref.table = open_table(ref.path, token, owner, ref.storage_options)
+        return ref
+
+    def open(self) -> DeltaTable:
+        """The table's handle: the one resolved, or (for a table created since) opened now and kept."""
+        if self.table is None:
+            self.table = open_table(self.path, self.token, self.owner, self.storage_options)
+        return self.table
+
+    def version(self) -> int:
+        """The table's version now, -1 while there is no table."""
+        try:
+            return self.open().version()
+        except TableNotFound:
+            return -1
+
+
 def open_or_create(path: str, schema: pa.Schema, options: Mapping[str, str]) -> DeltaTable:
     token = table_token(path, options.get("ownerToken"))
     owners = trusted(path, options.get("owner"))
@@ -285,11 +331,23 @@ class SinkConfig:
     storage_options: dict[str, str] | None = None
     #: a task writes out what it holds once it holds this many bytes of Arrow data (`write`)
     flush_bytes: int = FLUSH_BYTES
+    #: the job's open table (`TableRef`), for commits made in the process that prepared this config:
+    #: not pickled (an executor or a committing worker elsewhere opens the table from the fields above)
+    handle: DeltaTable | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["handle"] = None  # a handle holds connections and caches: it stays in its process
+        return state
 
     def storage(self) -> Storage:
         return open_storage(self.path, self.storage_options)
 
     def open(self, clock: Clock | None = None) -> DeltaTable:
+        if self.handle is not None:
+            if clock is not None:
+                self.handle.clock = clock  # (the config's clock stamps the commits, as a fresh handle's would)
+            return self.handle
         return DeltaTable.open(
             self.path,
             owner_token=self.token,
@@ -300,15 +358,25 @@ class SinkConfig:
 
     @classmethod
     def prepare(
-        cls, options: Mapping[str, str], spark_schema: StructType, overwrite: bool, streaming: bool
+        cls,
+        options: Mapping[str, str],
+        spark_schema: StructType,
+        overwrite: bool,
+        streaming: bool,
+        ref: TableRef | None = None,
     ) -> SinkConfig:
+        """The sink's checked configuration; the table created if missing. With `ref` (the job's table,
+        resolved at its entrance) its handle is used, or set to the table created here, and the config's
+        commits go through it."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         path = options.get("path")
         if not path:
             raise InvalidArgument("the feedlog-delta sink needs a table path: .save(PATH) or option path")
         incoming = to_arrow_schema(spark_schema, timezone="UTC")
-        table = open_or_create(path, incoming, options)
+        table = ref.table if ref is not None and ref.table is not None else open_or_create(path, incoming, options)
+        if ref is not None:
+            ref.table = table
         snap = table.snapshot()
         conform(pa.Table.from_batches([], schema=incoming), snap.schema)  # a clear SchemaMismatch now, not per task
         if streaming:
@@ -333,6 +401,7 @@ class SinkConfig:
             owner=options.get("owner"),
             job_id=options.get("jobId"),
             storage_options=storage_options_in(options),
+            handle=table if ref is not None else None,
         )
 
     # executors
@@ -389,7 +458,10 @@ class SinkConfig:
             return None
         table = self.open(self.clock)
         try:
-            tx = table.transaction("STREAMING UPDATE" if batch_id is not None else "WRITE")
+            # A job's own handle starts from the state it last read or committed (no listing and owner
+            # round trip per commit): anything newer is rebased over, and the claims re-checked there.
+            op = "STREAMING UPDATE" if batch_id is not None else "WRITE"
+            tx = table.transaction(op, refresh=self.handle is None)
             if self.app_id is not None and app_version is not None:
                 done = tx.base.txns.get(self.app_id)
                 if done is not None and done.version >= app_version:
@@ -490,7 +562,9 @@ def _maintain(table: DeltaTable, result: CommitResult) -> None:
         return
     if not settle(table, result.version):
         return  # a checkpoint needs its version in _delta_log: this one is skipped (readers replay commits)
-    conf = table.snapshot().properties
+    # the committed state's properties: no read of the table after each commit
+    state = result.state
+    conf = state.metadata.configuration if state is not None and state.metadata else table.snapshot().properties
     try:
         every = int(conf.get(CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_INTERVAL))
     except ValueError:
@@ -581,4 +655,4 @@ class DeltaSink(DataSource):
         return stream_reader(self.options, self._access())
 
 
-__all__ = ["FORMAT", "DeltaSink", "FeedRange", "FilesWritten", "SinkConfig", "app_id"]
+__all__ = ["FORMAT", "DeltaSink", "FeedRange", "FilesWritten", "SinkConfig", "TableRef", "app_id"]

@@ -150,7 +150,9 @@ def test_a_task_writes_its_rows_out_as_they_come_and_a_failed_task_leaves_no_fil
     feed = make_feed(tmp_path / "a", 900, kp=KEY_A, batch=100)
     feed.close()
     table = tmp_path / "table"
-    reader, parts, config = _prepare({"feeds": str(tmp_path / "a"), "maxEntriesPerPartition": "1000"}, str(table), {})
+    reader, parts, config = _prepare(
+        {"feeds": str(tmp_path / "a"), "maxEntriesPerPartition": "1000"}, str(table), {}, None
+    )
     assert len(parts) == 1
     batches = [b.slice(i, 100) for b in read_partition(reader.feeds, parts[0]) for i in range(0, b.num_rows, 100)]
     assert sum(b.num_rows for b in batches) == 900 and len(batches) >= 9

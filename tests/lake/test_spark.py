@@ -197,8 +197,6 @@ def test_a_job_reports_its_own_commit_when_another_job_commits_after_it(
 ) -> None:
     """Two jobs on one table: the one that committed first reports its own version and ICT, not
     "another job had landed these entries" (it looked only at the newest commit)."""
-    import feedlog.lake.ingest as ingest_mod
-
     make_feed(tmp_path / "a", 30, kp=KEY_A).close()
     feed_b = make_feed(tmp_path / "b", 20, kp=KEY_B)
     table = tmp_path / "table"
@@ -207,25 +205,25 @@ def test_a_job_reports_its_own_commit_when_another_job_commits_after_it(
     feed_b.close()
     armed, rivals = [False], list[int]()
 
-    from feedlog.lake.sink import open_table as real_open
+    from feedlog.lake.sink import TableRef
 
-    def rival_first(*args: Any) -> DeltaTable:  # the table as ingest_batch opens it
+    real_open, real_version = TableRef.open, TableRef.version
+
+    def rival_first(self: TableRef) -> DeltaTable:  # the job's table handle, as ingest_batch asks for it
         if armed[0]:  # job a has committed; job b commits before job a looks for its commit
             armed[0] = False
             assert ingest_batch(spark, [str(tmp_path / "b")], str(table), progress=quiet).version == 3
-        return real_open(*args)
+        return real_open(self)
 
-    real_version = ingest_mod._version
-
-    def version_then_arm(table_: str, owner: str | None, storage: Any) -> int:
-        v = real_version(table_, owner, storage)
+    def version_then_arm(self: TableRef) -> int:
+        v = real_version(self)
         if not rivals:  # job a's: the next open in ingest_batch is the one after its Spark job
             rivals.append(1)
             armed[0] = True
         return v
 
-    monkeypatch.setattr(ingest_mod, "_version", version_then_arm)
-    monkeypatch.setattr(ingest_mod, "open_table", rival_first)
+    monkeypatch.setattr(TableRef, "version", version_then_arm)
+    monkeypatch.setattr(TableRef, "open", rival_first)
     r = ingest_batch(spark, [str(tmp_path / "a")], str(table), progress=quiet)
     monkeypatch.undo()
     assert (r.version, r.rows) == (2, 30) and r.in_commit_timestamp is not None
