@@ -42,7 +42,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from feedlog.errors import FeedlogError
+from feedlog.errors import Conflict, FeedlogError
 from feedlog.log.feed import Write
 from feedlog.replication.client import FeedClient
 
@@ -143,6 +143,7 @@ class Ledger:
     duplicates: set[tuple[str, int]] = field(default_factory=set)  # seen in two live files at once
     freshness: list[tuple[float, float]] = field(default_factory=list)  # (when seen, seconds)
     put_errors: int = 0
+    fatal: list[str] = field(default_factory=list)  # errors no kill explains: the run fails
 
     def ack(self, feed: str, seq: int, at: float) -> None:
         with self.lock:
@@ -182,12 +183,16 @@ def produce(
         try:
             if client is None:
                 client = client_for()
-            ack = client.put(key, [Write(f"/{who}/{n}", {"n": n, "who": who})], timeout=5)[0]
+            value = json.dumps({"n": n, "who": who}).encode()
+            ack = client.put(key, [Write(f"/{who}/{n}", value)], timeout=5)[0]
             ledger.ack(feed, ack.seq, time.monotonic())
             n += 1
-        except FeedlogError:
+        except FeedlogError as e:
             with ledger.lock:
                 ledger.put_errors += 1
+                if not e.retryable and not isinstance(e, Conflict):  # our mistake, not the kills'
+                    ledger.fatal.append(f"producer {who}: {e}")
+                    break
             if client is not None:
                 client.close()
                 client = None
@@ -483,12 +488,15 @@ class Soak:
         extra = len(ours_set) - len(ours_set & set(self.ledger.acked))
         if lost or missing:
             failures.append(f"{len(lost)} acknowledged entries are not in the table (e.g. {lost[:3] or missing[:3]})")
+        if not self.ledger.acked:
+            failures.append("no put was acknowledged")
         if dups:
             failures.append(f"{dups} rows are in the table twice")
         audit = self.audit()
         if audit:
             failures.append(audit)
         failures += self.other_readers(ours_set)
+        failures += self.ledger.fatal
         for name in ("peerA", "peerB", "owner"):
             self.procs[name].stop()
         everything = [f for _, f in self.ledger.freshness]
@@ -558,8 +566,11 @@ class Soak:
             out.append("deltalake is not installed (pip install 'feedlog[readers]')")
         try:
             import duckdb
+            import duckdb_extension_delta
 
+            ext = next(Path(duckdb_extension_delta.__file__).parent.glob("extensions/*/delta.duckdb_extension"))
             con = duckdb.connect()
+            con.execute(f"LOAD '{ext}'")
             rows = con.execute(f"SELECT feed, seq FROM delta_scan('{self.table}')").fetchall()
             theirs = {(f, int(s)) for f, s in rows}
             self.say(f"duckdb: {len(rows)} rows, {'agrees' if theirs == ours else 'DISAGREES'}")
