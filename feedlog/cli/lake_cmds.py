@@ -12,6 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, printable
+from ..metrics import MetricsSettings
+from ..metrics import add_arguments as add_metrics_arguments
+from ..metrics import settings_of as metrics_settings
 from .args import Subcommands, storage_option_args, storage_options_of
 from .fmt import Progress, emit, fmt_size, fmt_ts, plural, progress_wanted
 from .table_cmds import parse_retention, token_args, token_of
@@ -20,6 +23,7 @@ if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
     from pyspark.sql import SparkSession
 
     from ..lake.ingest import FeedPlan
+    from ..lake.stream_metrics import StreamMetrics
 
 
 @contextlib.contextmanager
@@ -93,6 +97,9 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     storage = storage_options_of(ns)
     if ns.checkpoint_location and not ns.stream:
         raise InvalidArgument("--checkpoint-location is for --stream")
+    metrics = metrics_settings(ns)
+    if metrics is not None and not ns.stream:
+        raise InvalidArgument("--metrics-listen is for --stream (a batch ingest is over before a scrape sees it)")
     say: Callable[[str], None] = (lambda _m: None) if ns.json else (lambda m: print(m, flush=True))
     # Ask the sources and the table first, without Spark (seconds, not the half minute Spark takes
     # to start): a peer that is down, a table of another schema and "nothing new" end here.
@@ -116,10 +123,27 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     # (a stream reports each micro-batch itself; the bar is for the one batch job)
     with contextlib.ExitStack() as stack:
         ticker = stack.enter_context(_Ticker(ns, total, enabled=not ns.stream, engine=engine))
+        observer = _stream_metrics(stack, metrics, [s.key_hex for s in sources], say)
         spark = stack.enter_context(_session(ns)) if engine == "spark" else None
-        data, human = _ingest(ns, spark, say, plans, ticker)
+        data, human = _ingest(ns, spark, say, plans, ticker, observer)
     data["engine"] = engine
     emit(ns, data, human)  # after the progress bar closed: the result starts its own line
+
+
+def _stream_metrics(
+    stack: contextlib.ExitStack[Any], settings: MetricsSettings | None, feeds: Sequence[str], say: Callable[[str], None]
+) -> StreamMetrics | None:
+    """The stream's metrics and their listener (`--metrics-listen`), stopped with the stack; None if not asked."""
+    if settings is None:
+        return None
+    from ..lake.stream_metrics import StreamMetrics
+    from ..metrics import MetricsListener, new_registry
+
+    registry = new_registry()
+    observer = StreamMetrics(registry, feeds)
+    listener = stack.enter_context(MetricsListener(registry, settings))
+    say(f"metrics at {listener.url}")
+    return observer
 
 
 def _engine(ns: argparse.Namespace, plans: Sequence[Any]) -> str:
@@ -145,6 +169,7 @@ def _ingest(
     say: Callable[[str], None],
     plans: Sequence[FeedPlan],
     ticker: _Ticker,
+    observer: StreamMetrics | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The job; its result as (JSON, human line)."""
     from ..lake.ingest import ingest_batch, ingest_stream
@@ -164,6 +189,7 @@ def _ingest(
             checkpoint_location=ns.checkpoint_location,
             available_now=ns.available_now,
             max_entries_per_trigger=ns.max_entries_per_trigger,
+            metrics=observer,
             **common,
         )
         said = f"ingested {plural(r.rows, 'entry', 'entries')} in {r.seconds:.1f}s"
@@ -369,6 +395,7 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--available-now", action="store_true", help="with --stream: stop once caught up")
     p.add_argument("--max-entries-per-trigger", type=int, metavar="N", help="with --stream: micro-batch size")
     p.add_argument("--checkpoint-location", metavar="DIR", help="with --stream: Spark's checkpoint directory")
+    add_metrics_arguments(p)  # --metrics-listen: with --stream
     p.add_argument(
         "--engine",
         choices=("auto", "spark", "local"),

@@ -45,6 +45,7 @@ from .sink import STATE_DIR, STORAGE_PREFIX, app_id, is_url, open_table, table_l
 from .source import FIRST_SEQ
 from .source import FORMAT as SOURCE
 from .spark_errors import root_error, spark_job
+from .stream_metrics import StreamMetrics, observe_behind, observe_commits
 
 Progress = Callable[[str], None]
 #: (Spark tasks done, tasks known) of the running job, reported while it runs
@@ -287,6 +288,35 @@ def default_checkpoint(table: str, specs: Sequence[str]) -> str:
     return str(Path(table).resolve() / STATE_DIR / "checkpoints" / digest)
 
 
+class _StreamWatch:
+    """After each micro-batch, what the table and the sources say, for the stream's metrics (none: nothing)."""
+
+    def __init__(
+        self,
+        metrics: StreamMetrics | None,
+        table: str,
+        sources: Sequence[FeedSource],
+        owner: str | None,
+        token: str | None,
+        storage: Mapping[str, str] | None,
+    ) -> None:
+        self.metrics, self.table, self.sources = metrics, table, sources
+        self.owner, self.token, self.storage = owner, token, storage
+        self.after = _version(table, owner, storage) if metrics is not None else -1
+        if metrics is not None:
+            self.look()
+
+    def look(self) -> None:
+        if self.metrics is None:
+            return
+        try:  # best effort: a metric is never worth failing the stream for (the next batch looks again)
+            t = open_table(self.table, self.token, self.owner, self.storage)
+            self.after = observe_commits(self.metrics, t, self.after)
+            observe_behind(self.metrics, t, self.sources)
+        except errors.FeedlogError:
+            pass
+
+
 def ingest_stream(
     spark: Any,
     specs: Sequence[str],
@@ -301,7 +331,9 @@ def ingest_stream(
     timeout: float | None = None,
     storage_options: Mapping[str, str] | None = None,
     progress: Progress = print,
+    metrics: StreamMetrics | None = None,
 ) -> IngestResult:
+    """`metrics`: told of every micro-batch's commits and each source's lag (stream_metrics.py)."""
     sources = parse_sources(",".join(specs))
     table = table_location(table)
     starts = landed(table, sources, owner, storage_options)  # (the table's progress: no Spark needed)
@@ -327,17 +359,22 @@ def ingest_stream(
         until = "stops once what the feeds hold now has landed" if available_now else "Ctrl-C stops"
         progress(f"streaming {len(sources)} feed(s) into {table} (checkpoint {ckpt}); {until}")
         seen = -1
+        watch = _StreamWatch(metrics, table, sources, owner, token, storage_options)
 
         def report() -> int:
             nonlocal seen
             n_new = 0
+            batches = 0
             for p in query.recentProgress:
                 if p["batchId"] > seen:
                     seen = p["batchId"]
+                    batches += 1
                     n = int(p["numInputRows"])
                     n_new += n
                     if n:
                         progress(f"batch {seen}: {n} entries ({p.get('processedRowsPerSecond') or 0:.0f}/s)")
+            if batches:
+                watch.look()
             return n_new
 
         deadline = None if timeout is None else time.monotonic() + timeout
