@@ -50,12 +50,23 @@ PATH = "/metrics"
 
 def new_registry() -> Any:
     """A registry of its own (`prometheus_client.CollectorRegistry`), never the process-wide default."""
-    from prometheus_client import CollectorRegistry, disable_created_metrics
+    from prometheus_client import (
+        GC_COLLECTOR,
+        PLATFORM_COLLECTOR,
+        PROCESS_COLLECTOR,
+        CollectorRegistry,
+        disable_created_metrics,
+    )
 
     # no `*_created` series beside every counter and histogram: Prometheus ignores them in the text
     # format, and they would double what a scrape carries (the client's switch is process-wide)
     disable_created_metrics()  # type: ignore[no-untyped-call]
-    return CollectorRegistry(auto_describe=True)
+    registry = CollectorRegistry(auto_describe=True)
+    # the process's CPU, memory, open files, and Python's GC and version: what every Prometheus client
+    # exports by default, and what dashboards expect beside a service's own families
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry
 
 
 @dataclass(frozen=True, slots=True)

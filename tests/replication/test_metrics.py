@@ -263,7 +263,9 @@ def test_a_token_and_tls_guard_the_scrape(tmp_path: Path, monkeypatch: pytest.Mo
         with pytest.raises(urllib.error.HTTPError) as e:
             scrape(m.url, token="not-the-token-at-all", context=ctx)
         assert e.value.code == 401
-        assert scrape(m.url, token=token, context=ctx) == {}  # an empty registry: nothing, but allowed
+        allowed = scrape(m.url, token=token, context=ctx)  # the process's own families, and nothing else
+        assert (value(allowed, "process_open_fds") or 0) > 0
+        assert {name.split("_")[0] for name, _ in allowed} <= {"process", "python"}
         with pytest.raises(urllib.error.HTTPError) as e:
             scrape(m.url.replace("/metrics", "/other"), token=token, context=ctx)
         assert e.value.code == 404
@@ -283,7 +285,9 @@ def test_the_cli_serves_metrics_and_says_where(tmp_path: Path, capfd: pytest.Cap
 
     def scrape_then_stop() -> None:  # serve_forever holds this (the main) thread until the signal
         try:
-            wait_until(lambda: _answers(url), what="the metrics listener")
+            # the listener answers first (a taken port fails before any feed opens); the peer's
+            # families join once its feeds are open
+            wait_until(lambda: _answers(url) and value(scrape(url), "feedlog_feeds_hosted", role="owned") is not None)
             seen.append(value(scrape(url), "feedlog_feeds_hosted", role="owned"))
         finally:
             os.kill(os.getpid(), signal.SIGTERM)
