@@ -19,12 +19,12 @@ from tests.owner.conftest import SCHEMA, batch
 from tests.scrape import scrape, value
 
 
-@pytest.fixture
-def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnerServer]:
+@pytest.fixture(params=["sqlite", "pg"])
+def served(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnerServer]:
+    """A served owner exporting metrics, its state in SQLite or PostgreSQL (the lag is one query on either)."""
     (tmp_path / "tables").mkdir()
-    server = OwnerServer(
-        tmp_path / "owner.db", "127.0.0.1:0", roots=[tmp_path / "tables"], metrics=MetricsSettings("127.0.0.1:0")
-    ).start()
+    db = str(tmp_path / "owner.db") if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    server = OwnerServer(db, "127.0.0.1:0", roots=[tmp_path / "tables"], metrics=MetricsSettings("127.0.0.1:0")).start()
     monkeypatch.setenv(OWNER_ENV, server.endpoint)  # the tables here trust this owner
     try:
         yield server
