@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -273,32 +274,33 @@ def test_a_token_and_tls_guard_the_scrape(tmp_path: Path, monkeypatch: pytest.Mo
             scrape(m.url.replace("https://", "http://"), token=token)
 
 
-def test_the_cli_serves_metrics_and_says_where(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    """`serve --metrics-listen`, through the command's own argument parsing, until SIGTERM."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("serve_forever takes its signals in the main thread")
-    with socket.socket() as probe:  # a free port for the listener (the command prints where it serves)
+def test_the_cli_serves_metrics_and_says_where(tmp_path: Path) -> None:
+    """`serve --metrics-listen` as an operator runs it: its own process, stopped by SIGTERM (in-process,
+    serve_forever's exit watchdog would end the test run)."""
+    with socket.socket() as probe:  # a free port for the listener
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/metrics"
-    seen: list[float | None] = []
-
-    def scrape_then_stop() -> None:  # serve_forever holds this (the main) thread until the signal
-        try:
-            # the listener answers first (a taken port fails before any feed opens); the peer's
-            # families join once its feeds are open
-            wait_until(lambda: _answers(url) and value(scrape(url), "feedlog_feeds_hosted", role="owned") is not None)
-            seen.append(value(scrape(url), "feedlog_feeds_hosted", role="owned"))
-        finally:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    stopper = threading.Thread(target=scrape_then_stop)
-    stopper.start()
     args = ["--data", str(tmp_path / "d"), "--listen", "127.0.0.1:0", "--compact-every", "0"]
-    code = serve_main([*args, "--metrics-listen", f"127.0.0.1:{port}"])
-    stopper.join(20)
-    assert code == 0 and seen == [0]
-    serving = [json.loads(line) for line in capfd.readouterr().err.splitlines() if '"event":"serving"' in line]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "feedlog_server", *args, "--metrics-listen", f"127.0.0.1:{port}"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # the listener answers first (a taken port fails before any feed opens); the peer's families
+        # join once its feeds are open
+        wait_until(
+            lambda: (
+                proc.poll() is None and _answers(url) and value(scrape(url), "feedlog_feeds_hosted", role="owned") == 0
+            ),
+            what="the peer's metrics",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    serving = [json.loads(line) for line in err.splitlines() if '"event":"serving"' in line]
     assert serving and serving[0]["metrics"] == url
 
 
