@@ -21,6 +21,9 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "deltalake": ("readers", "the delta-rs reader"),
     "duckdb": ("readers", "the DuckDB reader"),
     "duckdb_extension_delta": ("readers", "the DuckDB reader"),
+    "starlette": ("console", "the console (feedlog console)"),
+    "uvicorn": ("console", "the console (feedlog console)"),
+    "jinja2": ("console", "the console (feedlog console)"),
 }
 
 

@@ -100,7 +100,7 @@ def spark_failpoints(spark: Any) -> Iterator[Callable[[str], None]]:
 
 #: the tests that take longest (20-90 s), by name, longest first
 LONGEST = (
-    "test_readme_runs_as_written",
+    "test_docs_run_as_written",
     "test_ingest_on_a_cluster_into_s3",
     "test_the_demo_command_tells_its_story",
 )
@@ -111,7 +111,7 @@ def _cost(item: pytest.Item) -> tuple[int, int]:
     other slow tests, then the rest."""
     if item.get_closest_marker("slow") is None:
         return (3, 0)
-    # the end-to-end runs (the README block by block, the cluster kills, the demo) first, so that none
+    # the end-to-end runs (the docs page by page, block by block, the cluster kills, the demo) first, so that none
     # of them starts last while the other worker has nothing left to do
     for i, name in enumerate(LONGEST):
         if item.name.startswith(name):

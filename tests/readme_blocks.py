@@ -1,7 +1,8 @@
-"""The README's fenced code blocks, and a shell session that runs them in order as a reader would.
+"""The docs' fenced code blocks (README.md's and every docs/ page's), and a shell session that runs
+one page's blocks in order as a reader would.
 
-Pure parsing (`blocks`, `substitute`) apart from running (`Session`). A reader pastes the blocks into
-one terminal, so the session carries what a terminal carries from one block to the next: shell
+Pure parsing (`blocks`, `substitute`) apart from running (`Session`). A reader pastes a page's blocks
+into one terminal, so the session carries what a terminal carries from one block to the next: shell
 variables (exported or not), the working directory and background jobs. Each block runs in a fresh
 `bash` with `set -euo pipefail` (a failing command fails its block), its own process group (so
 every server it leaves in the background is found and stopped at the end) and its output in a file
@@ -26,8 +27,8 @@ SHOWN = {"text", "console"}
 #: the marker, on the nearest non-blank line above a fence, of a block that is shown but not run
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(.+?)\s*-->\s*$")
 _FENCE = re.compile(r"^(\s*)```(.*)$")
-#: a port the README fixes (a loopback address's); each is replaced by a free one
-README_PORT = re.compile(r"\b(?:127\.0\.0\.1|localhost):(\d{2,5})\b")
+#: a port a page fixes (a loopback address's); each is replaced by a free one
+LOOPBACK_PORT = re.compile(r"\b(?:127\.0\.0\.1|localhost):(\d{2,5})\b")
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,15 @@ class Block:
     lang: str  # the info string ("" when none)
     text: str  # dedented by the fence's indentation
     not_run: str | None  # the reason given by a `<!-- not run: ... -->` marker
+    page: str = "README.md"  # the page it is on, as a path from the repository's root
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line} ({self.lang or 'no info string'})"
+        return f"{self.page}:{self.line} ({self.lang or 'no info string'})"
 
 
-def blocks(markdown: str) -> list[Block]:
-    """Every fenced block, in order. Raises ValueError on a fence that is never closed."""
+def blocks(markdown: str, page: str = "README.md") -> list[Block]:
+    """Every fenced block of `page`, in order. Raises ValueError on a fence that is never closed."""
     lines = markdown.splitlines()
     out: list[Block] = []
     i = 0
@@ -62,14 +64,14 @@ def blocks(markdown: str) -> list[Block]:
             body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
             j += 1
         if j == len(lines):
-            raise ValueError(f"README.md:{i + 1}: a code fence is never closed")
-        out.append(Block(i + 1, lang, "\n".join(body) + "\n", marker.group(1) if marker else None))
+            raise ValueError(f"{page}:{i + 1}: a code fence is never closed")
+        out.append(Block(i + 1, lang, "\n".join(body) + "\n", marker.group(1) if marker else None, page))
         i = j + 1
     return out
 
 
 def substitute(text: str, ports: Mapping[str, int], tmp: Path) -> str:
-    """`text` with the README's fixed ports replaced by free ones and /tmp/ by the test's own
+    """`text` with a page's fixed ports replaced by free ones and /tmp/ by the test's own
     directory: the only changes the docs test makes to what a reader would paste."""
     for fixed, free in ports.items():
         text = re.sub(rf"(?<![\d.]){fixed}(?!\d|\.\d)", str(free), text)

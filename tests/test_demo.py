@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from feedlog.cli.demo import leave
+from feedlog.cli.demo import NEXT, leave
 
 from .delta.conftest import deltalake_read, duckdb_read
 
@@ -43,7 +43,13 @@ def test_the_demo_command_tells_its_story_and_keeps_its_files_with_keep(tmp_path
     assert kept.parent == tmp_path and kept.name.startswith("feedlog-demo-")
     assert deltalake_read(kept / "table").num_rows == duckdb_read(kept / "table").num_rows == 25_002
     assert (kept / "activity.png").stat().st_size > 0 and (kept / "feed" / "log").exists()
+    # the last line: the console command that shows the demo's feed and table
+    assert out.splitlines()[-1] == (
+        f"look at them: feedlog console --data {kept / 'feed'} --table {kept / 'table'} "
+        f"--owner {kept / 'owner.db'} --listen 127.0.0.1:8080"
+    )
     assert len(out.splitlines()) <= 60  # one screen
+    assert NEXT in out  # and where to read on
 
 
 def test_the_demo_removes_its_directory_unless_kept(tmp_path: Path) -> None:

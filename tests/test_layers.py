@@ -7,7 +7,7 @@ together whether or not it runs at import time. Three rules:
 
 - layers, bottom to top: the foundation (`errors`, `clock`, `extras`, `failpoints`, `pb`, `rpc`, `version`) <
   `log` < `replication` | `delta` (side by side: neither imports the other) < `lake` <
-  the server package < `cli` < `feedlog/__init__.py` and `feedlog/__main__.py`.
+  the server package < `console` < `cli` < `feedlog/__init__.py` and `feedlog/__main__.py`.
   A module imports its own component or a lower layer, never a higher or sideways one;
   every module belongs to a layer (a new top-level module must be placed here).
 - no cycles between modules. An import names the module it reads: `from .x import y` is an
@@ -56,6 +56,7 @@ LAYERS: tuple[Mapping[str, tuple[str, ...]], ...] = (
     {"replication": ("feedlog.replication",), "delta": ("feedlog.delta",)},
     {"lake": ("feedlog.lake",)},
     {"server": ("feedlog_server",)},
+    {"console": ("feedlog.console",)},
     {"cli": ("feedlog.cli",)},
     {"top": ("feedlog.__main__", "feedlog")},
 )

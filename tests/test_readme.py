@@ -1,13 +1,16 @@
-"""Every code block of README.md runs as written, in order, as a reader following it would.
+"""Every code block of the docs (README.md and every page under docs/) runs as written, in order, as a
+reader following the page would.
 
-The blocks run in one shell session (tests/readme_blocks.py) in a fresh directory that holds only a
-link to the project's `.venv` (a reader runs them from a clone, with the venv activated); `data/`
-stays relative. The only changes to what a reader pastes: the README's fixed loopback ports become
-free ones, and /tmp/ becomes the test's directory. Shell blocks (`sh`) run with `set -euo pipefail`;
-Python blocks (`python`) each run as a script, so each must stand on its own. A block that only
-shows something is marked in the README: a `text` or `console` block (output, a file tree), or a
-`<!-- not run: why -->` line above the fence; the test prints what it did not run and why. Any
-other block, or an unmarked block with another info string, fails the test.
+Each page is its own reader: its blocks run in one shell session (tests/readme_blocks.py) in a fresh
+directory that holds only a link to the project's `.venv` (a reader runs them from a clone, with the
+venv activated); `data/` stays relative. So a page stands on its own: what it uses, it makes (a page
+that needs a feed creates one first), and no page depends on another having run. The only changes to
+what a reader pastes: the page's fixed loopback ports become free ones, and /tmp/ becomes the test's
+directory. Shell blocks (`sh`) run with `set -euo pipefail`; Python blocks (`python`) each run as a
+script, so each must stand on its own. A block that only shows something is marked on its page: a
+`text` or `console` block (output, a file tree), or a `<!-- not run: why -->` line above the fence;
+the test prints what it did not run and why. Any other block, or an unmarked block with another info
+string, fails the test.
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from .readme_blocks import README_PORT, RUNS, SHOWN, Block, Outcome, Session, blocks, substitute
+from .readme_blocks import LOOPBACK_PORT, RUNS, SHOWN, Block, Outcome, Session, blocks, substitute
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+#: the pages whose blocks run: the README and every page of the docs site (mkdocs.yml's docs_dir)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: the virtualenv running the tests (`.venv`, or tools/run's $FEEDLOG_VENV): the reader's `.venv`
 VENV = Path(sys.prefix)
 #: one block may take this long (the Spark section's, five Spark jobs, took 196 s at load 12 on 2 cores)
 BLOCK_TIMEOUT_S = float(os.environ.get("FEEDLOG_README_BLOCK_TIMEOUT", "480"))
-#: the whole README: blocks not started by then are reported as not reached
+#: one page: blocks not started by then are reported as not reached
 TOTAL_TIMEOUT_S = 1500.0
 
 
@@ -46,7 +51,7 @@ def _ephemeral() -> range:
 
 
 def _free_port(taken: set[int], rng: random.Random) -> int:
-    """A free loopback port below the kernel's ephemeral range. The README's servers start up to two
+    """A free loopback port below the kernel's ephemeral range. A page's servers start up to two
     minutes after their ports are chosen, and meanwhile any process on the machine (the suite's
     other workers: gRPC clients, Spark, bind(0) in other tests) may be given an ephemeral port: one
     of them once took peer B's port, which then failed with "the port is in use"."""
@@ -75,8 +80,9 @@ def test_blocks_parse_with_markers() -> None:
         (3, "sh", "x\n", "needs a cluster"),
         (9, "python", "y = 1\n", None),
     ]
-    with pytest.raises(ValueError, match="never closed"):
-        blocks("```sh\nx\n")
+    assert blocks(md, "docs/x.md")[1].where == "docs/x.md:9 (python)"
+    with pytest.raises(ValueError, match=r"docs/x\.md:1: a code fence is never closed"):
+        blocks("```sh\nx\n", "docs/x.md")
 
 
 def test_substitute_only_ports_and_tmp(tmp_path: Path) -> None:
@@ -109,20 +115,43 @@ def test_session_is_one_terminal(tmp_path: Path) -> None:
         os.kill(pid, 0)
 
 
+def _name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def _runs(page: Path) -> bool:
+    """Whether a page has a block to run (a page of prose alone, or of shown blocks, has nothing to test)."""
+    return any(b.lang in RUNS and not b.not_run for b in blocks(page.read_text(), _name(page)))
+
+
+#: the pages the slow test below runs, one reader each
+RUNNABLE = [p for p in PAGES if _runs(p)]
+
+
+def test_the_pages_are_the_readme_and_the_docs_site() -> None:
+    names = [_name(p) for p in PAGES]
+    assert names[0] == "README.md" and "docs/index.md" in names, names
+    assert RUNNABLE[0] == PAGES[0], "the README's tour runs"
+
+
 def test_every_block_is_marked_or_runs() -> None:
     """A fence without a known info string is a block nobody decided about: run it or mark it."""
     unknown = [
-        b.where for b in blocks(README.read_text()) if b.lang not in RUNS and b.lang not in SHOWN and not b.not_run
+        b.where
+        for page in PAGES
+        for b in blocks(page.read_text(), _name(page))
+        if b.lang not in RUNS and b.lang not in SHOWN and not b.not_run
     ]
     assert not unknown, f"blocks that neither run (```sh / ```python) nor say why not: {unknown}"
 
 
 @pytest.mark.slow
-def test_readme_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    markdown = README.read_text()
+@pytest.mark.parametrize("page", RUNNABLE, ids=_name)
+def test_docs_run_as_written(page: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    markdown = page.read_text()
     taken: set[int] = set()
     rng = random.Random()
-    ports = {p: _free_port(taken, rng) for p in sorted(set(README_PORT.findall(markdown)))}
+    ports = {p: _free_port(taken, rng) for p in sorted(set(LOOPBACK_PORT.findall(markdown)))}
     work = tmp_path / "clone"
     work.mkdir()
     (work / ".venv").symlink_to(VENV)  # a reader's clone after `tools/run` set it up
@@ -134,7 +163,7 @@ def test_readme_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[st
     unreached: list[str] = []
     deadline = time.monotonic() + TOTAL_TIMEOUT_S
     try:
-        for b in blocks(markdown):
+        for b in blocks(markdown, _name(page)):
             if b.not_run or b.lang in SHOWN:
                 skipped.append((b.where, b.not_run or f"shown, not run ({b.lang})"))
             elif b.lang not in RUNS:
@@ -147,7 +176,7 @@ def test_readme_runs_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[st
         session.stop_all()
     failed = [o for o in ran if o.code != 0]
     with capsys.disabled():
-        print(f"\nREADME: ran {len(ran)} blocks ({len(failed)} failed), did not run {len(skipped)}:")
+        print(f"\n{_name(page)}: ran {len(ran)} blocks ({len(failed)} failed), did not run {len(skipped)}:")
         for where, why in skipped:
             print(f"  not run: {where}: {why}")
         for o in ran:

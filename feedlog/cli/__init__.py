@@ -41,7 +41,7 @@ OS_EXIT_CODES = {
 
 def build_parser() -> Parser:
     from ..version import __version__
-    from . import feed_cmds, insight_cmds, lake_cmds, owner_cmds, peer_cmds, table_cmds
+    from . import console_cmds, feed_cmds, insight_cmds, lake_cmds, owner_cmds, peer_cmds, proof_cmds, table_cmds
 
     parser = Parser(
         prog="feedlog",
@@ -55,11 +55,13 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     feed_cmds.register(sub)
+    proof_cmds.register(sub)
     peer_cmds.register(sub)
     table_cmds.register(sub)
     owner_cmds.register(sub)
     lake_cmds.register(sub)
     insight_cmds.register(sub)
+    console_cmds.register(sub)
     return parser
 
 

@@ -13,6 +13,7 @@ and a dozen writers whose clocks it simulates over the past week, drawn to
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 import time
@@ -112,7 +113,38 @@ def run_demo(
             s.stop(1)
         took = f"demo finished in {time.monotonic() - t0:.1f}s ({tour.summary()})"
         print(f"\n{took}; servers stopped; {leave(base, keep)}")
+        print(NEXT)
+        print(console_line(base, keep))
     return base if keep else None
+
+
+def console_line(base: Path, keep: bool) -> str:
+    """The one line that shows the demo's feed and table in a browser (`feedlog console`); the managed
+    table's owner is trusted through its database file, since the demo's owner server has stopped."""
+    cmd = shlex.join(
+        [
+            "feedlog",
+            "console",
+            "--data",
+            str(base / "feed"),
+            "--table",
+            str(base / "table"),
+            "--owner",
+            str(base / "owner.db"),
+            "--listen",
+            "127.0.0.1:8080",
+        ]
+    )
+    return (
+        f"look at them: {cmd}"
+        if keep
+        else "to look at the demo's feed and table in a browser: `tools/run demo --keep`, then the "
+        "`feedlog console ...` command it ends with"
+    )
+
+
+#: where a reader goes after the demo (the README's map names every page of docs/)
+NEXT = "next: README.md's five-minute tour, then docs/ (`mkdocs serve` shows the docs as a site)"
 
 
 def leave(base: Path, keep: bool) -> str:

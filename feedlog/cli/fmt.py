@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO, TypeAlias
 
 from ..errors import printable
+from ..log import entries
 from ..log.entries import Record
 from ..log.feed import Appended
 
@@ -89,28 +90,7 @@ def fmt_value(value: bytes | None) -> str:
 
 
 def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Json]:
-    out: dict[str, Json] = {"seq": r.seq}
-    if r.cleared:
-        out["cleared"] = True
-        return out
-    if r.invalid is not None:  # signed by the author but not an entry: shown raw, never decoded
-        out.update(invalid=r.invalid, block=(r.block or b"").hex())
-        return out
-    out.update(
-        key=r.key,
-        value=None if r.value is None else r.value.hex(),
-        deleted=r.deleted,
-        timestamp=r.timestamp,
-        expires_at=r.expires_at,
-        expired=r.expired(now_ms),
-    )
-    if r.forget:
-        out["forget"] = True
-    if r.stat is not None:
-        out["stat"] = r.stat
-    if raw and r.block is not None:
-        out["block"] = r.block.hex()
-    return out
+    return entries.record_json(r, now_ms, raw)
 
 
 def record_line(r: Record, now_ms: int) -> str:

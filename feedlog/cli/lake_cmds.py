@@ -321,6 +321,11 @@ def cmd_maintain(ns: argparse.Namespace) -> None:
         ]
         parts = [
             *(rewrites if r.feedlog_table else ["no TTL or forget (not a table feedlog ingest made)"]),
+            *(
+                [f"compacted {plural(r.files_compacted, 'file')} into {r.files_written}"]
+                if r.compacted_version is not None
+                else []
+            ),
             f"checkpoint at {r.checkpoint}" if r.checkpoint is not None else "checkpoint current",
             f"{plural(r.log_files_deleted, 'log file')} deleted",
             f"vacuum deleted {plural(r.vacuum['files_deleted'], 'data file')}" if r.vacuum else "nothing to vacuum",

@@ -1,4 +1,4 @@
-"""`feedlog table create|history|version-at|checkpoint|cleanup|vacuum|enable-ict|info|backfill|convert PATH`.
+"""`feedlog table create|history|version-at|checkpoint|cleanup|vacuum|optimize|enable-ict|info|backfill|convert PATH`.
 
 Every command works on managed tables too: the table's metadata names its
 commit owner, reads ask it for un-backfilled commits, and writes present the
@@ -31,7 +31,7 @@ from .args import (
     storage_option_args,
     storage_options_of,
 )
-from .fmt import Json, emit, fmt_ts, plural
+from .fmt import Json, emit, fmt_size, fmt_ts, plural
 from .remote import tls_args, tls_of
 
 if TYPE_CHECKING:  # Delta and pyarrow load when a table command runs, not for every `feedlog` command
@@ -290,16 +290,7 @@ def cmd_history(ns: argparse.Namespace) -> None:
     if ns.limit is not None and ns.limit < 1:
         raise InvalidArgument("--limit must be >= 1")
     entries = open_table(ns).history(ns.limit)
-    rows = [
-        {
-            "version": e.version,
-            "timestamp": e.timestamp,
-            "in_commit_timestamp": e.in_commit_timestamp,
-            "operation": e.operation,
-            "operation_parameters": e.operation_parameters,
-        }
-        for e in entries
-    ]
+    rows = [e.to_json() for e in entries]
 
     def human() -> None:
         for e in entries:
@@ -360,6 +351,39 @@ def cmd_vacuum(ns: argparse.Namespace) -> None:
         print(
             f"{verb} {plural(len(r.files), 'file')} ({r.size} bytes) unreferenced since before "
             f"{fmt_ts(r.cutoff_ms)}{dirs}{versions}"
+        )
+
+    emit(ns, doc, human)
+
+
+def cmd_optimize(ns: argparse.Namespace) -> None:
+    from ..delta.optimize import parse_size
+
+    size = None if ns.target_size is None else parse_size(ns.target_size)  # bad input: before opening
+    r = open_table(ns).optimize(size)
+    doc: dict[str, Json] = {
+        "version": r.version,
+        "target_size": r.target_size,
+        "files_before": r.files_before,
+        "files_after": r.files_after,
+        "files_removed": r.files_removed,
+        "files_added": r.files_added,
+        "bytes_removed": r.bytes_removed,
+        "bytes_added": r.bytes_added,
+        "partitions_optimized": r.partitions_optimized,
+        "seconds": round(r.seconds, 3),
+        "metrics": dict(r.metrics),
+    }
+
+    def human() -> None:
+        if r.version is None:
+            print(f"nothing to compact: {plural(r.files_before, 'live file')} (target {fmt_size(r.target_size)})")
+            return
+        print(
+            f"compacted {plural(r.files_removed, 'file')} ({fmt_size(r.bytes_removed)}) into "
+            f"{plural(r.files_added, 'file')} ({fmt_size(r.bytes_added)}) in {r.seconds:.1f} s: "
+            f"{r.files_before:,} -> {plural(r.files_after, 'live file')} (version {r.version}, "
+            f"target {fmt_size(r.target_size)})"
         )
 
     emit(ns, doc, human)
@@ -466,6 +490,13 @@ def register(sub: Subcommands) -> None:
         action="store_true",
         help="allow a --retain shorter than the table's delta.deletedFileRetentionDuration (delta's "
         "retentionDurationCheck off): readers of old versions and running writers may lose files",
+    )
+    p = add("optimize", cmd_optimize, "compact small data files into files near a target size (OPTIMIZE)")
+    p.add_argument(
+        "--target-size",
+        metavar="SIZE",
+        help="bytes per file, e.g. 128MiB, 1GB or 1048576 (units are powers of 1024, as in Spark; "
+        "default: the table's delta.targetFileSize, else 100MiB)",
     )
     add("enable-ict", cmd_enable_ict, "turn on in-commit timestamps for an existing table")
     add("info", cmd_info, "version, protocol, features, properties, file and row counts")

@@ -39,6 +39,7 @@ from .managed.committer import ManagedCommitter, Router
 from .managed.owners import Owners
 from .managed.protocol import Binding, TableStatus
 from .objectstore import open_storage
+from .optimize import OptimizeResult, auto_compact_rule, needs_compaction, optimize
 from .replay import IctEnablement, TableState, check_writable, ict_enabled, ict_enablement
 from .snapshot import Snapshot
 from .storage import Storage
@@ -524,6 +525,27 @@ class DeltaTable:
             reread=reread,
         )
 
+    def optimize(self, target_size: int | None = None) -> OptimizeResult:
+        """Bin-pack the table's small files into files of about `target_size` bytes (default: the table's
+        `delta.targetFileSize`, else 100 MiB) in one OPTIMIZE commit with dataChange=false, through the
+        table's owner; no commit if nothing needs it (see optimize.py). CompactionConflict if a
+        concurrent rewrite took one of its files."""
+        return optimize(self.storage, self.transaction, self.commit, self.clock, self.new_id, target=target_size)
+
+    def auto_compact(self, *, min_num_files: int | None = None, refresh: bool = True) -> OptimizeResult | None:
+        """Auto-compaction, the post-commit step: if the table's `delta.autoOptimize.autoCompact` is on and
+        a partition holds at least `min_num_files` (default: the table's `feedlog.autoCompact.minNumFiles`,
+        else 50) files under half the target, OPTIMIZE them (`auto: true`). None when it is off or
+        nothing is due. `refresh=False` decides on the state this handle last read or committed (a
+        writer's own commit just now) without asking the table again; the compaction itself, when
+        due, starts from the latest state."""
+        state = self._cache if not refresh and self._cache is not None else self._latest()
+        assert state.metadata is not None
+        rule = auto_compact_rule(state.metadata.configuration, min_num_files)
+        if rule is None or not needs_compaction(state.files.values(), rule):
+            return None
+        return optimize(self.storage, self.transaction, self.commit, self.clock, self.new_id, auto=rule)
+
     def info(self) -> dict[str, Any]:
         s = self.snapshot()
         return {
@@ -544,7 +566,7 @@ class DeltaTable:
 
     def _retention(self, s: Snapshot, listing: Listing) -> dict[str, Any]:
         """When what the table drops is physically gone, as its properties set it (the deadlines of
-        "What feedlog forgets, and when" in the README): a row made a tombstone (TTL compaction, a
+        "What feedlog forgets, and when" in docs/retention.md): a row made a tombstone (TTL compaction, a
         forget rewrite) leaves the data files once vacuum runs past `delta.deletedFileRetentionDuration`,
         and the log's file stats (which hold keys) once cleanup runs past `delta.logRetentionDuration`
         after a checkpoint; versions older than the horizon are refused to time travel."""

@@ -38,6 +38,16 @@ class HistoryEntry:
     operation_parameters: dict[str, Any] = field(default_factory=dict)
     commit_info: dict[str, Any] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        """What `feedlog table history --json` prints for the commit (the console shows the same)."""
+        return {
+            "version": self.version,
+            "timestamp": self.timestamp,
+            "in_commit_timestamp": self.in_commit_timestamp,
+            "operation": self.operation,
+            "operation_parameters": self.operation_parameters,
+        }
+
 
 class Timeline:
     def __init__(
@@ -196,7 +206,7 @@ def backward_ict(version: int, ict: int, before: int, previous: int) -> NoReturn
     raise Corruption(
         f"commit {version} has inCommitTimestamp {ict} ({iso(ict)}), not after version {before}'s "
         f"{previous}: commit times there are unreliable, so no time lookup can rely on them (data at "
-        "every version still reads; see the README on repairing in-commit timestamps)"
+        'every version still reads; docs/delta-tables.md, "Time", says how to repair in-commit timestamps)'
     )
 
 

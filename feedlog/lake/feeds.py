@@ -117,6 +117,21 @@ class FeedSource:
                         return end
         raise Corruption(f"{self.spec}: sent no signed state covering seq {seq}")
 
+    def proof(self, seq: int) -> merkle.Proof:
+        """Block `seq`'s proof against the newest signed state, checked with the key before it is
+        returned (a peer's answer is its word until then; a local file's too)."""
+        if self.path is not None:
+            with self._core() as core:
+                core.refresh()
+                if seq >= core.length:
+                    raise NotFound(f"{self.spec}: no seq {seq} (the feed has seqs 0..{core.length - 1})")
+                p = core.proof(seq)
+        else:
+            with self._client() as c:
+                p = c.proof(self.key, seq)
+        merkle.verify_proof(p, self.key)
+        return p
+
     def header(self) -> bytes:
         """Block 0, verified against a signed tree."""
         for batch in self.read(0, 1):

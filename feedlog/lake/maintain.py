@@ -2,13 +2,17 @@
 
     expire      TTL compaction: rows past `expires_at` become tombstones (leaf hash kept)
     forget      rows a writer withdrew (a signed forget entry) become tombstones the same way
+    compact     auto-compaction's rule (delta/optimize.py): small files bin-packed, if the table has
+                `delta.autoOptimize.autoCompact` on and a partition holds enough of them
     backfill    a managed table's ratified commits copied into `_delta_log/` (what the rest reads)
     checkpoint  of the newest backfilled version, if it has none yet
     cleanup     log files older than `delta.logRetentionDuration` (their stats can hold keys)
     vacuum      data files no version inside `delta.deletedFileRetentionDuration` references
 
 Why this order: the rewrites first, so the files they remove start their retention as early as
-possible; then the checkpoint, so cleanup can take the commits before it (cleanup keeps what time
+possible; compaction after them, so it packs the rewritten files (and a rewrite never has to
+redo a freshly compacted file), and before the checkpoint, which then lists fewer files; then
+the checkpoint, so cleanup can take the commits before it (cleanup keeps what time
 travel to the retained versions needs); vacuum last, with the horizon the retention sets.
 
 Each step is one commit through the table's owner (or none) or deletes only what no retained
@@ -48,6 +52,10 @@ class MaintainReport:
     rows_expired: int = 0
     forgotten_version: int | None = None
     rows_forgotten: int = 0
+    #: the auto-compaction's OPTIMIZE commit, and the files it removed and added
+    compacted_version: int | None = None
+    files_compacted: int = 0
+    files_written: int = 0
     backfilled_through: int | None = None
     checkpoint: int | None = None
     log_files_deleted: int = 0
@@ -110,6 +118,17 @@ def maintain(
 
         _retrying("expire", report, ttl)
         _retrying("forget", report, withdrawn)
+
+    def compact() -> None:
+        r = table.auto_compact()
+        if r is not None and r.version is not None:
+            report.compacted_version, report.files_compacted, report.files_written = (
+                r.version,
+                r.files_removed,
+                r.files_added,
+            )
+
+    _retrying("compact", report, compact)
     report.backfilled_through = table.backfill()
     listing = list_log(table.storage)
     if listing.latest >= 0 and listing.latest not in listing.checkpoints:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import InvalidArgument
 from ..log.timestamps import format_duration
@@ -74,6 +74,23 @@ def plot_activity(a: Activity, path: str) -> str:
     """Draw `a` to `path` (.png/.svg); returns the path."""
     fmt = check_plot_target(path)
     plt = _pyplot()
+    fig = _activity_figure(a, plt)
+    _save(fig, path, fmt)
+    plt.close(fig)
+    return path
+
+
+def draw_activity(a: Activity, out: BinaryIO, fmt: str = "svg") -> None:
+    """The picture `plot_activity` draws, written to `out` (the console serves it from memory)."""
+    plt = _pyplot()
+    fig = _activity_figure(a, plt)
+    try:
+        fig.savefig(out, format=fmt, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def _activity_figure(a: Activity, plt: Any) -> Any:
     import matplotlib.dates
     import numpy as np
     from matplotlib.colors import LogNorm
@@ -132,9 +149,7 @@ def plot_activity(a: Activity, path: str) -> str:
     line.xaxis_date(tz=UTC)
     line.xaxis.set_major_formatter(mdates.ConciseDateFormatter(line.xaxis.get_major_locator(), tz=UTC))
     fig.text(0.01, 0.005, _caveats(a), fontsize=7, wrap=True, va="bottom")
-    _save(fig, path, fmt)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def plot_freshness(f: Freshness, path: str) -> str:

@@ -31,7 +31,11 @@ rows' `signed` column, which `feedlog audit` checks.
 
 Maintenance: after a commit whose version is a multiple of
 `delta.checkpointInterval` (Delta's property, default 10) the sink backfills,
-writes a checkpoint and cleans up expired log files.
+writes a checkpoint and cleans up expired log files. Then auto-compaction
+(delta/optimize.py): a table created here has `delta.autoOptimize.autoCompact`
+on, and any table with it on gets its small files compacted once a partition
+holds 50 of them; one that fails or loses a race is a warning, left to a later
+commit (the commit before it has landed).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from ..delta import DeltaTable, Storage, TableNotFound
 from ..delta.actions import Add
 from ..delta.managed import TOKEN_ENV, Binding, new_token, staged_data_paths, trusted_owners
 from ..delta.objectstore import OBJECT_SCHEMES, open_storage, scheme_of
+from ..delta.optimize import AUTO_COMPACT
 from ..delta.schema import conform
 from ..delta.transaction import CommitResult
 from ..delta.writer import WriteOptions, write_files
@@ -249,7 +254,11 @@ def open_or_create(path: str, schema: pa.Schema, options: Mapping[str, str]) -> 
     if binding is not None and token is None:
         token = _keep_token(path)
     try:
-        return DeltaTable.create(path, schema, owner=binding, owner_token=token, storage_options=store)
+        # auto-compaction on (delta/optimize.py): a stream's one small file per commit stays bounded
+        props = {AUTO_COMPACT: "true"}
+        return DeltaTable.create(
+            path, schema, owner=binding, owner_token=token, storage_options=store, properties=props
+        )
     except AlreadyExists:
         return DeltaTable.open(path, owner_token=token, owner=owners, storage_options=store)
 
@@ -416,6 +425,7 @@ class SinkConfig:
         failpoints.point("sink.committed")
         _maintain(table, result)
         _forget(table, ranges, self.clock)
+        _compact(table)
         return result
 
     def _discard(self, adds: Sequence[Add]) -> None:
@@ -488,6 +498,18 @@ def _maintain(table: DeltaTable, result: CommitResult) -> None:
     if every > 0 and result.version % every == 0:
         table.checkpoint(result.version)
         table.cleanup()
+
+
+def _compact(table: DeltaTable) -> None:
+    """Auto-compaction after the commit (delta-spark's post-commit hook; `DeltaTable.auto_compact`),
+    after the forget rewrite so it compacts the rewritten files. The commit has landed: a compaction
+    that fails or loses a race is a warning, and the next commit tries again."""
+    try:
+        r = table.auto_compact(refresh=False)  # decided on the state just committed: no extra read
+        if r is not None and r.version is not None:
+            settle(table, r.version)
+    except Exception as e:  # never fail a commit that landed
+        warnings.warn(f"auto-compaction deferred to a later commit: {type(e).__name__}: {e}", stacklevel=2)
 
 
 def _ours(messages: Sequence[WriterCommitMessage | None]) -> list[FilesWritten | None]:

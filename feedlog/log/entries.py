@@ -80,6 +80,32 @@ class Record:
         return self.expires_at is not None and now_ms > self.expires_at
 
 
+def record_json(r: Record, now_ms: int, raw: bool = False) -> dict[str, Any]:
+    """`r` as `feedlog cat --json` prints it (binary as hex); the console shows the same fields."""
+    out: dict[str, Any] = {"seq": r.seq}
+    if r.cleared:
+        out["cleared"] = True
+        return out
+    if r.invalid is not None:  # signed by the author but not an entry: shown raw, never decoded
+        out.update(invalid=r.invalid, block=(r.block or b"").hex())
+        return out
+    out.update(
+        key=r.key,
+        value=None if r.value is None else r.value.hex(),
+        deleted=r.deleted,
+        timestamp=r.timestamp,
+        expires_at=r.expires_at,
+        expired=r.expired(now_ms),
+    )
+    if r.forget:
+        out["forget"] = True
+    if r.stat is not None:
+        out["stat"] = r.stat
+    if raw and r.block is not None:
+        out["block"] = r.block.hex()
+    return out
+
+
 def cleared_record(seq: int) -> Record:
     return Record(seq, "", None, False, None, None, cleared=True)
 
