@@ -14,6 +14,7 @@ failed connection, or a server that does not send it) becomes the code's kind (`
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -113,6 +114,17 @@ def open_channel(target: str, tls: Tls | None = None, *, max_receive: int | None
         return grpc.insecure_channel(target, options=options)
     creds = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
     return grpc.secure_channel(target, creds, options=options)
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether `listen` (HOST:PORT) binds only this machine: 127.0.0.0/8, ::1 or localhost."""
+    host = listen.rpartition(":")[0].strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, empty (all interfaces), ...: assume the network can reach it
+        return False
 
 
 def new_token(nbytes: int = 32) -> str:

@@ -21,11 +21,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
 from feedlog.clock import Clock
 from feedlog.errors import InvalidArgument, Unavailable
+from feedlog.metrics import MetricsListener, MetricsSettings, new_registry
 from feedlog.pb import feeds_pb2
 from feedlog.rpc import Address, Tls
 
@@ -38,6 +40,9 @@ from .follower import Follower
 from .host import DEFAULT_MAX_FEEDS, FeedHost
 from .rpc import rpc_handler, start_server
 from .service import FeedsService
+
+if TYPE_CHECKING:  # prometheus_client loads only for a peer that exports metrics
+    from .metrics import GrpcMetrics, PeerMetrics
 
 SERVICE = feeds_pb2.DESCRIPTOR.services_by_name["Feeds"].full_name
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
@@ -86,8 +91,13 @@ class PeerServer:
         stall_seconds: float = DEFAULT_STALL_SECONDS,
         compact_every: float = DEFAULT_COMPACT_EVERY_S,
         clock: Clock | None = None,
+        metrics: MetricsSettings | None = None,
     ) -> None:
         self.data = Path(data)
+        #: where `/metrics` is served (None: nowhere); its listener and families once started
+        self.metrics = metrics
+        self.metrics_listener: MetricsListener | None = None
+        self.peer_metrics: PeerMetrics | None = None
         #: seconds between scheduled compactions of every hosted feed (0: none); `clock`: when entries
         #: expire, for serving and compacting (issue 37), and the feeds' timestamps
         self.compact_every = compact_every
@@ -135,9 +145,19 @@ class PeerServer:
             write_rate=self.write_rate,
             create_rate=self.create_rate,
         )
-        self.host = FeedHost(
-            self.data, accept_new=self.accept_new, fsync=self.fsync, max_feeds=self.max_feeds, clock=self.clock
-        )
+        grpc_metrics = self._start_metrics()
+        try:
+            self.host = FeedHost(
+                self.data,
+                accept_new=self.accept_new,
+                fsync=self.fsync,
+                max_feeds=self.max_feeds,
+                clock=self.clock,
+                observer=self.peer_metrics,
+            )
+        except BaseException:
+            self._stop_metrics()
+            raise
         workers = self.max_streams + 32  # streams are capped at max_streams: unary calls always find a thread
         self.service = FeedsService(
             self.host,
@@ -157,13 +177,17 @@ class PeerServer:
                 max_streams=self.max_streams,
                 max_streams_per_client=self.max_streams_per_client,
                 max_message_bytes=self.max_message_bytes,
+                metrics=grpc_metrics,
             )
         except Unavailable:
             self.host.close()
+            self._stop_metrics()
             raise
         for address in self.follow:
             self.followers.append(Follower(self.host, address, tls=self.follow_tls).start())
         self.compactor = Compactor(self.host, self.compact_every).start()
+        if self.peer_metrics is not None:
+            self.peer_metrics.attach(self.host, self.followers, self.compactor)
         event(
             "serving",
             address=self.address,
@@ -174,8 +198,25 @@ class PeerServer:
             accept_new=self.accept_new,
             following=[str(a) for a in self.follow],
             compact_every=self.compact_every,
+            metrics=self.metrics_listener.url if self.metrics_listener else None,
         )
         return self
+
+    def _start_metrics(self) -> GrpcMetrics | None:
+        """The metrics listener and families, if asked for (before any feed opens: a taken port fails first)."""
+        if self.metrics is None:
+            return None
+        from .metrics import GrpcMetrics, PeerMetrics
+
+        registry = new_registry()
+        self.peer_metrics = PeerMetrics(registry)
+        families = GrpcMetrics(registry, [SERVICE])
+        self.metrics_listener = MetricsListener(registry, self.metrics).start()
+        return families
+
+    def _stop_metrics(self) -> None:
+        if self.metrics_listener is not None:
+            self.metrics_listener.stop()
 
     def stop(self, grace: float = 5.0) -> None:
         if self.stopping.is_set() or not self.port:
@@ -188,6 +229,7 @@ class PeerServer:
             self.compactor.stop()
         self.server.stop(grace).wait(grace + 5)
         self.host.close()  # commits queued puts, checkpoints every feed
+        self._stop_metrics()  # last: a scrape during the shutdown still answers
         event("stopped", address=self.address)
 
     def __enter__(self) -> PeerServer:

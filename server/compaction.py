@@ -56,6 +56,24 @@ class PassReport:
 
 
 @dataclass(slots=True)
+class Totals:
+    """What every pass so far did, added up (the metrics read it: server/metrics.py)."""
+
+    entries: int = 0
+    skipped: int = 0
+    cleared: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def add(self, r: PassReport) -> None:
+        self.entries += r.entries
+        self.skipped += r.skipped
+        self.cleared += r.cleared
+        self.bytes += r.bytes_cleared
+        self.seconds += r.seconds
+
+
+@dataclass(slots=True)
 class _Plan:
     """One feed's schedule: for each whole step already compacted, when its earliest kept entry
     expires (None: never), so a pass reads only the steps with something due, and the feed's tail."""
@@ -72,6 +90,7 @@ class Compactor:
         self.pause_s = pause_s
         self.passes = 0
         self.last: PassReport | None = None
+        self.totals = Totals()
         self._plans: dict[bytes, _Plan] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="compact", daemon=True)
@@ -133,8 +152,9 @@ class Compactor:
                 self._plans.pop(hf.key, None)  # whatever this pass found and did not clear is looked at again
                 event("compact_failed", logging.WARNING, feed=hf.key.hex(), at=i * self.step, error=str(e))
             feeds += 1
-        self.passes += 1
         self.last = PassReport(feeds, read, skipped, cleared, size, time.monotonic() - began)
+        self.totals.add(self.last)
+        self.passes += 1
         if cleared:
             event("compacted", feeds=feeds, entries=read, cleared=cleared, bytes=size, seconds=self.last.seconds)
         return self.last

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 
 from feedlog.errors import Corruption, FeedlogError, InvalidArgument, NotFound
 from feedlog.pb import feeds_pb2 as pb
@@ -39,6 +40,13 @@ class Follower:
         self.max_backoff = max_backoff
         self.last_error: str | None = None
         self.rejections = 0
+        # what the metrics read (server/metrics.py): the replica, the upstream's longest signed length
+        # this follower has heard of, when it last stored a verified batch (monotonic), whether it is
+        # subscribed now
+        self.hosted: HostedFeed | None = None
+        self.upstream_length = 0
+        self.last_verified = time.monotonic()
+        self.connected = False
         self._stop = threading.Event()
         self._sub: Subscription | None = None
         self._lock = threading.Lock()
@@ -47,6 +55,11 @@ class Follower:
     def start(self) -> Follower:
         self._thread.start()
         return self
+
+    def behind(self) -> int:
+        """Entries the upstream signed, as far as this follower has heard, that it has not stored."""
+        have = self.hosted.feed.length if self.hosted is not None else 0
+        return max(0, self.upstream_length - have)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -80,6 +93,8 @@ class Follower:
             def stored(hosted: HostedFeed, length: int) -> None:
                 nonlocal progressed
                 progressed = True
+                self.last_verified = time.monotonic()
+                self.upstream_length = max(self.upstream_length, length)
                 hosted.notify()
 
             try:
@@ -87,6 +102,8 @@ class Follower:
                     info = client.info(self.key)
                     if hf is None:
                         hf = self._hosted(info)
+                    self.hosted = hf
+                    self.upstream_length = max(self.upstream_length, info.state.length)
                     # a peer whose signed tree differs at a length we hold is a fork, not "nothing new";
                     # the roots at our length let store_responses catch one further on (issue 13 item 10)
                     state = wire.state_of(info.state)
@@ -100,6 +117,7 @@ class Follower:
                         self._sub = sub
                     if self._stop.is_set():
                         sub.cancel()
+                    self.connected = True
                     event("follow_connected", peer=peer, feed=feed, length=length())
                     store_responses(hf.feed, sub, peer, functools.partial(stored, hf), budget=client.budget)
             except Corruption as e:
@@ -114,6 +132,7 @@ class Follower:
                 self.last_error = f"{type(e).__name__}: {e}"
                 event("follow_failed", logging.ERROR, peer=peer, feed=feed, length=length(), error=self.last_error)
             finally:
+                self.connected = False
                 with self._lock:
                     self._sub = None
             if progressed:

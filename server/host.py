@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from feedlog.clock import Clock
 from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly, ResourceExhausted
@@ -30,13 +31,24 @@ from .group_commit import GroupCommitter
 DEFAULT_MAX_FEEDS = 1000
 
 
+class CommitObserver(Protocol):
+    """What a peer's metrics learn of each feed's writes (server/metrics.py `PeerMetrics`)."""
+
+    def committed(self, entries: int, seconds: float) -> None: ...
+
+    def fsynced(self, seconds: float) -> None: ...
+
+
 class HostedFeed:
-    def __init__(self, feed: Feed) -> None:
+    def __init__(self, feed: Feed, observer: CommitObserver | None = None) -> None:
         self.feed = feed
         self.key = feed.key
         self.discovery_key = feed.discovery_key
         self._changed = threading.Condition()
-        self.committer = GroupCommitter(feed, self.notify) if feed.core.can_sign else None
+        observe = observer.committed if observer is not None else None
+        self.committer = GroupCommitter(feed, self.notify, observe=observe) if feed.core.can_sign else None
+        if observer is not None:
+            feed.core.on_fsync = observer.fsynced
 
     def notify(self) -> None:
         """Wake every subscriber: the feed grew."""
@@ -72,8 +84,11 @@ class FeedHost:
         fsync: bool = True,
         max_feeds: int = DEFAULT_MAX_FEEDS,
         clock: Clock | None = None,
+        observer: CommitObserver | None = None,
     ) -> None:
         self.root = Path(root)
+        #: told of every feed's group commits and fsyncs (a peer's metrics), None: nobody
+        self.observer = observer
         #: every hosted feed's clock: its timestamps, and when its entries expire (retention, issue 37)
         self.clock = clock
         self.accept_new = accept_new
@@ -96,7 +111,7 @@ class FeedHost:
             self._add(feed)
 
     def _add(self, feed: Feed) -> HostedFeed:
-        hf = HostedFeed(feed)
+        hf = HostedFeed(feed, self.observer)
         self._feeds[hf.key] = hf
         self._by_dkey[hf.discovery_key] = hf
         event("feed_opened", feed=hf.key.hex(), length=feed.length, owned=hf.committer is not None)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -26,11 +27,15 @@ from feedlog.delta.managed.places import Places
 from feedlog.delta.managed.sqlite import LocalOwner
 from feedlog.delta.objectstore import scheme_of
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable
+from feedlog.metrics import MetricsListener, MetricsSettings, new_registry
 from feedlog.pb import owner_pb2 as pb
 
 from .app import ServerTls
 from .events import event
 from .rpc import rpc_handler, start_server, unary
+
+if TYPE_CHECKING:  # prometheus_client loads only for an owner that exports metrics
+    from .metrics import GrpcMetrics, OwnerMetrics
 
 SERVICE = pb.DESCRIPTOR.services_by_name["CommitOwner"].full_name
 
@@ -66,8 +71,22 @@ def auth_of(context: grpc.ServicerContext) -> Auth:
 
 
 class OwnerService:
-    def __init__(self, owner: LocalOwner) -> None:
+    def __init__(self, owner: LocalOwner, metrics: OwnerMetrics | None = None) -> None:
         self.owner = owner
+        self.metrics = metrics
+
+    def _answered(self, how: Callable[[], CommitResponse]) -> CommitResponse:
+        """`how()`'s answer, told to the metrics with the time it took (ratification latency, conflicts)."""
+        if self.metrics is None:
+            return how()
+        began = time.perf_counter()
+        try:
+            r = how()
+        except FeedlogError as e:
+            self.metrics.answered(e, time.perf_counter() - began)
+            raise
+        self.metrics.answered(r, time.perf_counter() - began)
+        return r
 
     @unary
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.CommitOutcome:
@@ -79,16 +98,18 @@ class OwnerService:
 
     @unary
     def Commit(self, request: pb.StagedCommit, context: grpc.ServicerContext) -> pb.CommitOutcome:
-        r = self.owner.commit(
-            _ref(request.table),
-            request.version,
-            request.file,
-            request.in_commit_timestamp,
-            auth_of(context),
-            request.turn or None,
-            watch=context.add_callback,  # a request waiting for its turn leaves when its call ends
-            pending_ok=request.accepts_pending,
-            base=request.base or None,
+        r = self._answered(
+            lambda: self.owner.commit(
+                _ref(request.table),
+                request.version,
+                request.file,
+                request.in_commit_timestamp,
+                auth_of(context),
+                request.turn or None,
+                watch=context.add_callback,  # a request waiting for its turn leaves when its call ends
+                pending_ok=request.accepts_pending,
+                base=request.base or None,
+            )
         )
         return _outcome(r)
 
@@ -106,8 +127,10 @@ class OwnerService:
 
     @unary
     def Release(self, request: pb.StagedCommit, context: grpc.ServicerContext) -> pb.CommitOutcome:
-        r = self.owner.release(
-            _ref(request.table), request.version, request.file, request.in_commit_timestamp, auth_of(context)
+        r = self._answered(
+            lambda: self.owner.release(
+                _ref(request.table), request.version, request.file, request.in_commit_timestamp, auth_of(context)
+            )
         )
         event("table_released", table=request.table.table_id, version=request.version, ok=not _lost(r))
         return _outcome(r)
@@ -144,8 +167,13 @@ class OwnerServer:
         tls: ServerTls | None = None,
         workers: int = 32,
         storage_options: Mapping[str, str] | None = None,
+        metrics: MetricsSettings | None = None,
     ) -> None:
         self.db = os.fspath(db)
+        #: where `/metrics` is served (None: nowhere)
+        self.metrics = metrics
+        self.metrics_listener: MetricsListener | None = None
+        self.owner_metrics: OwnerMetrics | None = None
         self.listen = listen
         self.roots = [os.fspath(r) for r in (roots if roots is not None else [os.getcwd()])]
         for r in self.roots:
@@ -169,6 +197,23 @@ class OwnerServer:
         return f"grpc://{self.address}"
 
     def start(self) -> OwnerServer:
+        grpc_metrics = None
+        if self.metrics is not None:  # first: a taken port fails before the database opens
+            from .metrics import GrpcMetrics, OwnerMetrics
+
+            registry = new_registry()
+            self.owner_metrics = OwnerMetrics(registry)
+            grpc_metrics = GrpcMetrics(registry, [SERVICE])
+            self.metrics_listener = MetricsListener(registry, self.metrics).start()
+        try:
+            self._start(grpc_metrics)
+        except BaseException:
+            if self.metrics_listener is not None:
+                self.metrics_listener.stop()
+            raise
+        return self
+
+    def _start(self, grpc_metrics: GrpcMetrics | None) -> None:
         self.owner = LocalOwner(
             self.db,
             self.roots,
@@ -183,7 +228,9 @@ class OwnerServer:
         except FeedlogError as e:  # a table's files are damaged: serve the others, say so
             recovered = {}
             event("recovery_failed", error=str(e))
-        self.service = OwnerService(self.owner)
+        if self.owner_metrics is not None:
+            self.owner_metrics.attach(self.owner)
+        self.service = OwnerService(self.owner, self.owner_metrics)
         try:
             self.server, self.port, self.health = start_server(
                 self.listen,
@@ -192,6 +239,7 @@ class OwnerServer:
                 tls=self.tls,
                 workers=self.workers,
                 max_message_bytes=4 << 20,
+                metrics=grpc_metrics,
             )
         except Unavailable:
             self.owner.close()
@@ -203,8 +251,8 @@ class OwnerServer:
             roots=self.roots,
             tls="mutual" if self.tls and self.tls.client_ca else bool(self.tls),
             recovered=recovered,
+            metrics=self.metrics_listener.url if self.metrics_listener else None,
         )
-        return self
 
     def stop(self, grace: float = 5.0) -> None:
         if self._stopped.is_set() or not self.port:
@@ -213,6 +261,8 @@ class OwnerServer:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait(grace + 5)
         self.owner.close()
+        if self.metrics_listener is not None:
+            self.metrics_listener.stop()
         event("owner_stopped", address=self.address, told=self.owner.turns.told, waits=self.owner.turns.waits)
 
     def __enter__(self) -> OwnerServer:

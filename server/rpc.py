@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
-from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -26,9 +26,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from feedlog.errors import FeedlogError, InvalidArgument, ResourceExhausted, Unavailable, shorten
-from feedlog.rpc import error_metadata, status_of
+from feedlog.rpc import error_metadata, is_loopback, status_of
 
 from .events import event
+
+if TYPE_CHECKING:  # prometheus_client loads only for a server that exports metrics
+    from .metrics import GrpcMetrics
 
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=Message)
@@ -175,6 +178,13 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
         self._lock = threading.Lock()
         self._count = 0
         self._clients: dict[str, int] = {}
+        #: streams refused, by why (read by the metrics: server/metrics.py)
+        self.refused = {"server_full": 0, "client_share": 0}
+
+    @property
+    def open(self) -> int:
+        """Streams open now."""
+        return self._count
 
     def intercept_service(
         self,
@@ -216,6 +226,7 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
                 self._clients[client] = mine + 1
                 return client
             full = self._count >= self.limit and mine < self.per_client
+            self.refused["server_full" if full else "client_share"] += 1
         abort(
             context,
             ResourceExhausted(
@@ -235,17 +246,6 @@ class StreamCap(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc's base cl
                 self._clients[client] = left
             else:
                 del self._clients[client]
-
-
-def is_loopback(listen: str) -> bool:
-    """Whether `listen` (HOST:PORT) binds only this machine: 127.0.0.0/8, ::1 or localhost."""
-    host = listen.rpartition(":")[0].strip("[]")
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name, empty (all interfaces), ...: assume the network can reach it
-        return False
 
 
 def require_tls_off_loopback(listen: str, tls: object | None, insecure: bool) -> None:
@@ -274,6 +274,7 @@ def start_server(
     max_message_bytes: int,
     max_streams: int | None = None,
     max_streams_per_client: int | None = None,
+    metrics: GrpcMetrics | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """A started gRPC server with health checking and reflection; Unavailable if it cannot listen.
 
@@ -281,7 +282,8 @@ def start_server(
     if None), one client's at `max_streams_per_client` (half of `max_streams` if None: StreamCap),
     and the pool always has UNARY_HEADROOM threads beyond them; the
     server refuses calls beyond its threads with RESOURCE_EXHAUSTED rather
-    than queueing them.
+    than queueing them. `metrics`: the gRPC families (server/metrics.py), outermost, so that they
+    count what the stream cap refuses too.
     """
     streams = max(1, workers // 4) if max_streams is None else max_streams
     threads = max(workers, streams + UNARY_HEADROOM)
@@ -293,9 +295,12 @@ def start_server(
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.so_reuseport", 0),
     ]
+    cap = StreamCap(streams, max_streams_per_client)
+    if metrics is not None:
+        metrics.watch(cap)
     server = grpc.server(
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
-        interceptors=(StreamCap(streams, max_streams_per_client),),
+        interceptors=(cap,) if metrics is None else (metrics, cap),
         options=options,
         maximum_concurrent_rpcs=threads,
     )

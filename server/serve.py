@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from feedlog.errors import FeedlogError, InvalidArgument, Unavailable, exit_code
+from feedlog.metrics import add_arguments as add_metrics_arguments
+from feedlog.metrics import settings_of as metrics_settings
 
 from .auth import TOKEN_ENV
 
@@ -87,6 +89,7 @@ def peer_arguments(p: argparse.ArgumentParser) -> None:
         help="clear expired payloads of every hosted and followed feed this often (default 1m; 0: never). "
         "Expired entries are never served either way; this bounds how long their bytes stay on disk",
     )
+    add_metrics_arguments(p)
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
 
 
@@ -136,6 +139,7 @@ def owner_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="allow a --listen beyond loopback without TLS (tokens in the clear)"
     )
+    add_metrics_arguments(p)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -151,6 +155,7 @@ def serve_peer(ns: argparse.Namespace) -> None:
     tls = _server_tls(ns)
     check_listen(ns.listen)  # first: a --listen without its port is not "reachable from other machines"
     require_tls_off_loopback(ns.listen, tls, ns.insecure)
+    metrics = metrics_settings(ns)
     tokens: list[str] | None = None  # None: the peer generates one (unless --client-ca)
     if ns.write_token_file or os.environ.get(TOKEN_ENV):
         tokens = []
@@ -184,6 +189,7 @@ def serve_peer(ns: argparse.Namespace) -> None:
             max_message_bytes=ns.max_message_bytes,
             max_feeds=ns.max_feeds,
             compact_every=every,
+            metrics=metrics,
         )
     )
 
@@ -197,11 +203,12 @@ def serve_owner(ns: argparse.Namespace) -> None:
     tls = _server_tls(ns)
     check_listen(ns.listen)
     require_tls_off_loopback(ns.listen, tls, ns.insecure)  # table tokens travel in every commit's metadata
+    metrics = metrics_settings(ns)
     from feedlog.delta.objectstore import parse_storage_options
 
     options = parse_storage_options(ns.storage_option)
     # bad arguments fail here
-    server = OwnerServer(ns.db, ns.listen, roots=ns.root or None, tls=tls, storage_options=options)
+    server = OwnerServer(ns.db, ns.listen, roots=ns.root or None, tls=tls, storage_options=options, metrics=metrics)
     configure(logging.DEBUG if ns.verbose else logging.INFO)
     serve_forever(server)
 

@@ -46,6 +46,7 @@ LAYERS: tuple[Mapping[str, tuple[str, ...]], ...] = (
             "feedlog.extras",
             "feedlog.failpoints",
             "feedlog.leave",
+            "feedlog.metrics",
             "feedlog.pb",
             "feedlog.rpc",
             "feedlog.version",

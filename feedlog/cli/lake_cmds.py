@@ -12,6 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, printable
+from ..metrics import MetricsSettings
+from ..metrics import add_arguments as add_metrics_arguments
+from ..metrics import settings_of as metrics_settings
 from .args import Subcommands, storage_option_args, storage_options_of
 from .fmt import Progress, emit, fmt_size, fmt_ts, plural, progress_wanted
 from .table_cmds import parse_retention, token_args, token_of
@@ -21,6 +24,7 @@ if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
 
     from ..lake.ingest import FeedPlan
     from ..lake.sink import TableRef
+    from ..lake.stream_metrics import StreamMetrics
 
 
 @contextlib.contextmanager
@@ -93,6 +97,9 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     table_location(ns.table)
     storage = storage_options_of(ns)
     _stream_flags(ns)
+    metrics = metrics_settings(ns)
+    if metrics is not None and not ns.stream:
+        raise InvalidArgument("--metrics-listen is for --stream (a batch ingest is over before a scrape sees it)")
     say: Callable[[str], None] = (lambda _m: None) if ns.json else (lambda m: print(m, flush=True))
     # The table is resolved once, here, and its handle goes from the plan to the commits (a stream
     # does not reopen it per trigger).
@@ -119,10 +126,27 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     # (a stream reports each micro-batch itself; the bar is for the one batch job)
     with contextlib.ExitStack() as stack:
         ticker = stack.enter_context(_Ticker(ns, total, enabled=not ns.stream, engine=engine))
+        observer = _stream_metrics(stack, metrics, [s.key_hex for s in sources], say)
         spark = stack.enter_context(_session(ns)) if engine == "spark" else None
-        data, human = _ingest(ns, spark, say, plans, ticker, ref)
+        data, human = _ingest(ns, spark, say, plans, ticker, ref, observer)
     data["engine"] = engine
     emit(ns, data, human)  # after the progress bar closed: the result starts its own line
+
+
+def _stream_metrics(
+    stack: contextlib.ExitStack[Any], settings: MetricsSettings | None, feeds: Sequence[str], say: Callable[[str], None]
+) -> StreamMetrics | None:
+    """The stream's metrics and their listener (`--metrics-listen`), stopped with the stack; None if not asked."""
+    if settings is None:
+        return None
+    from ..lake.stream_metrics import StreamMetrics
+    from ..metrics import MetricsListener, new_registry
+
+    registry = new_registry()
+    observer = StreamMetrics(registry, feeds)
+    listener = stack.enter_context(MetricsListener(registry, settings))
+    say(f"metrics at {listener.url}")
+    return observer
 
 
 def _engine(ns: argparse.Namespace, plans: Sequence[Any]) -> str:
@@ -180,6 +204,7 @@ def _ingest(
     plans: Sequence[FeedPlan],
     ticker: _Ticker,
     ref: TableRef,
+    observer: StreamMetrics | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The job; its result as (JSON, human line)."""
     from ..lake.ingest import ingest_batch, ingest_stream
@@ -202,6 +227,7 @@ def _ingest(
             trigger_seconds=None if ns.trigger_ms is None else ns.trigger_ms / 1000,
             timeout=ns.timeout_s,
             maintain_every_ms=ns.maintain_every_ms,
+            metrics=observer,
             **common,
         )
         commits = f" ({plural(r.commits, 'commit')})" if spark is None else ""
@@ -435,6 +461,7 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("--timeout", metavar="DURATION", help="with --stream: stop after DURATION")
     p.add_argument("--checkpoint-location", metavar="DIR", help="with --stream on Spark: Spark's checkpoint directory")
+    add_metrics_arguments(p)  # --metrics-listen: with --stream
     p.add_argument(
         "--engine",
         choices=("auto", "spark", "local"),

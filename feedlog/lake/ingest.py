@@ -53,6 +53,7 @@ from .source import FORMAT as SOURCE
 from .spark_errors import root_error, spark_job
 from .stream_local import DEFAULT_TRIGGER_MS, StreamSettings, StreamStats, stream_here
 from .stream_maintenance import StreamMaintenance
+from .stream_metrics import StreamMetrics, follow_local, observe_behind, observe_commits
 
 Progress = Callable[[str], None]
 #: (Spark tasks done, tasks known) of the running job, reported while it runs
@@ -297,6 +298,26 @@ def default_checkpoint(table: str, specs: Sequence[str]) -> str:
     return str(Path(table).resolve() / STATE_DIR / "checkpoints" / digest)
 
 
+class _StreamWatch:
+    """After each micro-batch, what the table and the sources say, for the stream's metrics (none: nothing)."""
+
+    def __init__(self, metrics: StreamMetrics | None, ref: TableRef, sources: Sequence[FeedSource]) -> None:
+        self.metrics, self.ref, self.sources = metrics, ref, sources
+        self.after = ref.version() if metrics is not None else -1
+        if metrics is not None:
+            self.look()
+
+    def look(self) -> None:
+        if self.metrics is None:
+            return
+        try:  # best effort: a metric is never worth failing the stream for (the next batch looks again)
+            t = self.ref.open()
+            self.after = observe_commits(self.metrics, t, self.after)
+            observe_behind(self.metrics, t, self.sources)
+        except errors.FeedlogError:
+            pass
+
+
 def ingest_stream(
     spark: Any | None,
     specs: Sequence[str],
@@ -314,6 +335,7 @@ def ingest_stream(
     maintain_every_ms: int | None = None,
     stats: StreamStats | None = None,
     stop: threading.Event | None = None,
+    metrics: StreamMetrics | None = None,
 ) -> IngestResult:
     """Stream the feeds into `table` until stopped (Ctrl-C, `stop`), `timeout` s, or caught up
     (`available_now`), exactly once through the table's txn markers.
@@ -322,7 +344,8 @@ def ingest_stream(
     1 s); without, the same in this process (`stream_local`: trigger default 100 ms, no checkpoint
     directory: the table's markers are the progress). `trigger_seconds` 0: micro-batches as fast as
     they go. `maintain_every_ms`: a `maintain` pass that often beside the stream
-    (`stream_maintenance`); `stats` (local engine) is filled as it runs, for a metrics endpoint."""
+    (`stream_maintenance`); `stats` (local engine) is filled as it runs; `metrics`: told of every
+    micro-batch's commits and each source's lag (stream_metrics.py), on either engine."""
     sources = parse_sources(",".join(specs))
     ref = TableRef.resolve(table, owner, token, storage_options)
     starts = landed(ref, sources)  # (the table's progress: no Spark needed)
@@ -362,6 +385,9 @@ def ingest_stream(
         until = "stops once what the feeds hold now has landed" if available_now else "Ctrl-C stops"
         trigger = f"trigger {settings.trigger_ms} ms" if settings.trigger_ms else "no trigger interval"
         progress(f"streaming {len(sources)} feed(s) into {ref.path} in this process ({trigger}); {until}")
+        if metrics is not None:
+            stats = stats or StreamStats()
+            follow_local(metrics, stats)
         try:
             if maintenance is not None:
                 maintenance.start()
@@ -400,6 +426,7 @@ def ingest_stream(
             progress=progress,
             stop=stop,
             check=check,
+            metrics=metrics,
         )
     finally:
         if maintenance is not None:
@@ -438,6 +465,7 @@ def _spark_stream(
     progress: Progress,
     stop: threading.Event | None,
     check: Callable[[], None],
+    metrics: StreamMetrics | None = None,
 ) -> int:
     """The structured-streaming query; the rows it landed."""
     table = ref.path
@@ -466,17 +494,22 @@ def _spark_stream(
         until = "stops once what the feeds hold now has landed" if available_now else "Ctrl-C stops"
         progress(f"streaming {len(sources)} feed(s) into {table} (checkpoint {ckpt}); {until}")
         seen = -1
+        watch = _StreamWatch(metrics, ref, sources)
 
         def report() -> int:
             nonlocal seen
             n_new = 0
+            batches = 0
             for p in query.recentProgress:
                 if p["batchId"] > seen:
                     seen = p["batchId"]
+                    batches += 1
                     n = int(p["numInputRows"])
                     n_new += n
                     if n:
                         progress(f"batch {seen}: {n} entries ({p.get('processedRowsPerSecond') or 0:.0f}/s)")
+            if batches:
+                watch.look()
             return n_new
 
         deadline = None if timeout is None else time.monotonic() + timeout

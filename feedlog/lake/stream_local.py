@@ -122,6 +122,8 @@ class Landed:
     ends: Mapping[str, int]
     #: the commit's time minus each landed entry's writer timestamp, ms (entries that carry one)
     freshness_ms: np.ndarray[Any, np.dtype[np.int64]] = field(repr=False, compare=False)
+    #: bytes of the data files committed (what Delta's numOutputBytes counts)
+    file_bytes: int = 0
 
 
 class StreamStats:
@@ -154,6 +156,11 @@ class StreamStats:
             return {
                 spec: max(self.seen.get(k, 0) - self.landed.get(k, FIRST_SEQ), 0) for k, spec in self._specs.items()
             }
+
+    def behind_by_key(self) -> dict[str, int]:
+        """`behind` per feed key (hex) rather than per source spec."""
+        with self._lock:
+            return {k: max(self.seen.get(k, 0) - self.landed.get(k, FIRST_SEQ), 0) for k in self._specs}
 
     def _source(self, source: FeedSource, start: int) -> None:
         with self._lock:
@@ -486,7 +493,8 @@ class LocalStream:
                 ts = ts.drop_null()
             fresh = np.concatenate([fresh, (now_us - ts.to_numpy(zero_copy_only=False)) // 1000])
         version = result.version if result is not None else None  # None: the table held these already
-        self.stats._landed(Landed(self.batch, version, entries, size, time.monotonic() - t0, ends, fresh))
+        files = sum(int(d.get("size", 0)) for d in written.adds) if written is not None else 0
+        self.stats._landed(Landed(self.batch, version, entries, size, time.monotonic() - t0, ends, fresh, files))
 
     def _abort(self, written: FilesWritten, error: BaseException) -> None:
         try:

@@ -21,6 +21,7 @@ import secrets
 import shutil
 import sys
 import threading
+import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -210,6 +211,8 @@ class Core:
         self.writable = writable
         self.fsync = fsync
         self.lock = threading.RLock()
+        #: told the seconds of each fdatasync of the log by an append (a server's metrics); None: not timed
+        self.on_fsync: Callable[[float], None] | None = None
         #: clears doing their slow part (fsyncs, zeroing) without `lock`; `close` waits for them (their fds)
         self._clearing = 0
         self._cleared = threading.Condition(self.lock)
@@ -524,7 +527,15 @@ class Core:
         """Make every stored batch durable (after `append_signed(..., sync=False)`)."""
         with self.lock:
             if self.writable and self._fds:
-                os.fdatasync(self._log)
+                self._sync_log()
+
+    def _sync_log(self) -> None:
+        if self.on_fsync is None:
+            os.fdatasync(self._log)
+            return
+        began = time.perf_counter()
+        os.fdatasync(self._log)
+        self.on_fsync(time.perf_counter() - began)
 
     def start_writeback(self) -> None:
         """Start writing what was stored since the last sync to disk, without waiting (`storage.start_writeback`):
@@ -571,7 +582,7 @@ class Core:
             for k, *_ in held:
                 _punch_hole(self._log, starts[k], sizes[k])
         if self.fsync and sync:
-            os.fdatasync(self._log)
+            self._sync_log()
         self._note_record(state.length, off)
         self._log_end = off + total
         self._last_record = off

@@ -66,6 +66,7 @@ class Tx:
             cursor: Cursor = self.conn.execute(self.database.translate(sql), tuple(args))
             return cursor
         except self.database.errors as e:
+            self.database.failures += 1
             raise Unavailable(f"commit owner database {self.database.name}: {one_line(e)}") from None
 
     def rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
@@ -91,6 +92,8 @@ class Database:
         self._busy = 0
         self._closing = False
         self._idle = threading.Condition()
+        #: the engine's errors met so far (each raised as Unavailable): a served owner's metrics read it
+        self.failures = 0
 
     # ---- what an engine provides ------------------------------------------------------------------
 
@@ -125,6 +128,7 @@ class Database:
             try:
                 conn = self._connect()
             except (*self.errors, OSError) as e:  # type: ignore[misc]
+                self.failures += 1
                 raise Unavailable(f"cannot open the commit owner's database {self.name}: {one_line(e)}") from None
             self._local.conn = conn
             with self._conns_lock:

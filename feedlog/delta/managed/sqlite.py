@@ -283,6 +283,8 @@ class LocalOwner:
         #: rebased on it before it was ratified checks against this once backfill forgot its row
         self._ratified: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._ratified_lock = threading.Lock()
+        #: commits this process ratified (recorded in the database): a served owner's metrics read it
+        self.ratified = 0
 
     # ---- the database --------------------------------------------------------------------------
 
@@ -664,6 +666,7 @@ class LocalOwner:
         for item, outcome in zip(items, out, strict=True):  # committed: remembered for `_ratified_as`
             if isinstance(outcome, tuple) and outcome[1] is not None:
                 self._remember(item.table_id, item.version, item.staged)
+                self.ratified += 1
         return out
 
     def _ratify_one(self, db: Tx, item: _Ratification) -> tuple[CommitResponse, TableRow | None] | BaseException:
