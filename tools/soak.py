@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +210,10 @@ def read_table_rows(table: Path, path: str) -> list[tuple[str, int]]:
 def watch_table(table: Path, ledger: Ledger, stop: threading.Event, every: float = 0.1) -> None:
     """Polls the table as any reader would (its backfilled `_delta_log`) and notes each row's first sight."""
     from feedlog.delta import DeltaTable
+    from feedlog.delta.managed.protocol import OwnerNotConsulted
+
+    # (a reader that does not ask the owner is what we mean to be: deltalake and DuckDB are such readers)
+    warnings.simplefilter("ignore", OwnerNotConsulted)
 
     seen_files: set[str] = set()
     t: Any = None
@@ -343,8 +348,7 @@ class Soak:
             "--stream",
             "--engine",
             self.ns.engine,
-            "--trigger",
-            self.ns.trigger,
+            *(["--trigger", self.ns.trigger] if self.ns.trigger else []),
             "--maintain-every",
             self.ns.maintain_every,
         )
@@ -611,10 +615,11 @@ def draw(series: list[dict[str, Any]], kills: list[dict[str, Any]], path: Path, 
     a.plot(t, [s.get("live_files", 0) for s in series], label="live data files")
     a.plot(t, [s.get("log_files", 0) for s in series], label="_delta_log files")
     a.set_ylabel("files")
-    a.legend()
     b = a.twinx()
     b.plot(t, [s.get("checkpoint_bytes", 0) / 1024 for s in series], color="grey", ls=":", label="checkpoint KiB")
     b.set_ylabel("checkpoint KiB")
+    lines = a.get_lines() + b.get_lines()
+    a.legend(lines, [str(x.get_label()) for x in lines], loc="upper left")
     a = axes[1][1]
     a.plot(t, [s.get("disk_bytes", 0) / (1 << 20) for s in series], label="data on disk")
     a.plot(t, [s.get("live_bytes", 0) / (1 << 20) for s in series], label="live data")
@@ -626,8 +631,8 @@ def draw(series: list[dict[str, Any]], kills: list[dict[str, Any]], path: Path, 
             for k in kills:
                 a.axvline(k["t"] / 60, color="red" if k.get("self") else "#ccc", lw=0.8)
     fig.suptitle(
-        f"feedlog soak: {ns.producers} producers at {ns.rate}/s, {ns.engine} engine, trigger {ns.trigger}, "
-        f"maintain every {ns.maintain_every}; grey lines: kill -9"
+        f"feedlog soak: {ns.producers} producers at {ns.rate}/s, {ns.engine} engine, "
+        f"trigger {ns.trigger or 'default'}, maintain every {ns.maintain_every}; grey lines: kill -9"
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -642,7 +647,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--producers", type=int, default=8)
     p.add_argument("--rate", type=float, default=200.0, help="puts/s across all producers")
     p.add_argument("--engine", default="local", choices=("local", "spark"))
-    p.add_argument("--trigger", default="1s")
+    p.add_argument("--trigger", help="the stream's trigger interval (default: the engine's, 100ms local, 1s Spark)")
     p.add_argument("--maintain-every", default="1m")
     p.add_argument("--retain-seconds", type=int, default=60, help="the table's data-file retention (log: twice)")
     p.add_argument("--kill-every", type=float, default=180.0, help="seconds between kills (0: none)")
