@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import IO
 
 from ..errors import Corruption, InvalidArgument, NotFound, PermissionDenied, printable
+from ..log import forks
 from ..log.core import MAX_BATCH_BYTES
 from ..log.crypto import discovery_key
 from ..log.entries import DRIVE_EVENT, PROTOCOLS, decode_header
@@ -393,6 +394,9 @@ def cmd_info(ns: argparse.Namespace) -> None:
     else:
         with opened(ns.path) as feed:
             info = {**feed.info(), "forgetting": forgetting(None, peer=False)}
+            held = forks.load(feed.core.path)  # issue 40: a fork proof kept beside the feed is named
+            if held is not None:
+                info = {**info, "fork_proof": f"{held.describe()} (fork point {held.fork_point})"}
 
     def human() -> None:
         for k, v in info.items():

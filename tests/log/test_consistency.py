@@ -4,6 +4,7 @@ every fork is proven and no prefix pair ever yields a fork proof."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -146,7 +147,7 @@ def test_a_huge_length_costs_only_its_bits() -> None:
     assert consistency.nodes_needed(n - 999, n) <= consistency.MAX_PROOF_NODES
 
 
-def test_equal_length_fork_and_bad_fork_proofs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_equal_length_fork_and_bad_fork_proofs(tmp_path: Path) -> None:
     a, b = History([b"a", b"b", b"c"]), History([b"a", b"b", b"C"])
     fp = forks.of_states(KP.public_key, a.states[3], b.states[3])
     assert fp.consistency is None and fp.fork_point == 3
