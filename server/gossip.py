@@ -35,7 +35,7 @@ import grpc
 
 from feedlog.errors import Corruption, FeedlogError, InvalidArgument, NotFound
 from feedlog.log import consistency, forks
-from feedlog.log.merkle import TreeState
+from feedlog.log.merkle import TreeState, roots_hash
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication import wire
 from feedlog.replication.client import FeedClient
@@ -96,9 +96,12 @@ class GossipDoor:
             except Corruption as e:
                 raise InvalidArgument(f"feed {key.hex()}: {e}") from None
             if theirs.length < ours.length:
+                # one proof serves both: the asker checks our state with it, and we check its state
                 proof = consistency.prove(theirs.length, ours.length, hf.feed.core.node)
                 reply.consistency.CopyFrom(wire.consistency_pb(proof))
-            if theirs.length <= ours.length and hf.fork is None:
+                if hf.fork is None and theirs.fork == ours.fork and roots_hash(proof.old_roots) != theirs.tree_hash:
+                    hf.mark_forked(forks.of_states(key, theirs, ours, proof), source)
+            elif theirs.length == ours.length and hf.fork is None:
                 found = forks.check(key, ours, hf.feed.core.node, theirs)
                 if found is not None:
                     hf.mark_forked(found, source)
