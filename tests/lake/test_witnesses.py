@@ -11,9 +11,11 @@ import pytest
 
 from feedlog.cli import main
 from feedlog.delta import DeltaTable
+from feedlog.errors import Fork, InvalidArgument
 from feedlog.lake.audit import audit_table
 from feedlog.lake.rows import SCHEMA
 from feedlog.lake.sink import app_id
+from feedlog.lake.source import FeedBatchReader
 from feedlog.log import forks
 from feedlog.log.feed import Feed, Write
 from feedlog_server.app import PeerServer
@@ -82,3 +84,16 @@ def test_audit_names_a_table_holding_two_histories_of_one_key(tmp_path: Path) ->
     # each named fork is a proof that checks with the key alone
     with Feed.open(tmp_path / "a", writable=False) as a, Feed.open(tmp_path / "b", writable=False) as b:
         forks.verify(forks.of_states(KEY_A.public_key, a.core.state, b.core.state))
+
+
+def test_the_spark_source_checks_its_witnesses_on_the_driver(peers: Callable[..., PeerServer], tmp_path: Path) -> None:
+    history(tmp_path / "a", "a", 6)  # read from its directory
+    history(tmp_path / "pb" / "feed", "b", 6)
+    history(tmp_path / "pa" / "feed", "a", 9)  # A, further on
+    pb, pa = peers("pb"), peers("pa")
+    with pytest.raises(Fork, match="forked"):
+        FeedBatchReader({"feed": str(tmp_path / "a"), "witnesses": f"grpc://{pb.address}"})
+    r = FeedBatchReader({"feed": str(tmp_path / "a"), "witnesses": f"grpc://{pa.address}"})
+    assert [(p.start, p.end) for p in r.partitions()] == [(1, 7)]
+    with pytest.raises(InvalidArgument, match="grpc://"):
+        FeedBatchReader({"feed": str(tmp_path / "a"), "witnesses": "127.0.0.1:1"})

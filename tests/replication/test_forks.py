@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from feedlog.cli import main
-from feedlog.errors import Fork, InvalidArgument, ResourceExhausted
+from feedlog.errors import Corruption, Fork, InvalidArgument, ResourceExhausted
 from feedlog.log import consistency, forks
 from feedlog.log.crypto import KeyPair
 from feedlog.log.feed import Feed, Write
@@ -22,6 +22,7 @@ from feedlog.log.merkle import TreeState
 from feedlog.pb import feeds_pb2 as pb
 from feedlog.replication import wire
 from feedlog.replication.client import FeedClient
+from feedlog.replication.witness import judge
 from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
 from tests.conftest import wait_until
@@ -239,3 +240,27 @@ def test_hostile_gossip_marks_nothing_and_is_bounded(peers: Callable[..., PeerSe
                 refused += 1
         assert refused > 0
     assert hf.fork is None and not (tmp_path / "p" / "feed" / forks.FORK_FILE).exists()
+
+
+def test_a_peer_that_lies_in_getinfo_marks_nothing(tmp_path: Path) -> None:
+    """A bogus fork proof, or a consistency proof that does not match the peer's own signed state, is a
+    lie (Corruption naming the peer), never a fork."""
+    a = history(tmp_path / "a", "a", 6)
+    b = history(tmp_path / "b", "b", 6)
+    with Feed.open(tmp_path / "a", writable=False) as fa:
+        good = consistency.prove(3, 7, fa.core.node)
+    info = pb.FeedInfo(state=wire.state_pb(a[6]), consistency=wire.consistency_pb(good))
+    assert judge(KP.public_key, a[2], info, "peer") == (a[6], None)  # consistent
+    # the same proof sent with B's longer state: its nodes do not derive B's tree
+    lie = pb.FeedInfo(state=wire.state_pb(b[6]), consistency=wire.consistency_pb(good))
+    with pytest.raises(Corruption, match="bogus") as e:
+        judge(KP.public_key, a[2], lie, "peer")
+    assert not isinstance(e.value, Fork)
+    # a "fork proof" of two states of one history
+    fake = forks.ForkProof(KP.public_key, a[2], a[6], good)
+    with pytest.raises(Corruption, match="does not verify"):
+        judge(KP.public_key, a[2], pb.FeedInfo(state=wire.state_pb(a[6]), fork_proof=wire.fork_proof_pb(fake)), "peer")
+    # a longer state without the proof asked for, when the reader needs one (a witness)
+    with pytest.raises(Corruption, match="did not send"):
+        judge(KP.public_key, a[2], pb.FeedInfo(state=wire.state_pb(a[6])), "peer")
+    assert judge(KP.public_key, a[2], pb.FeedInfo(state=wire.state_pb(a[6])), "peer", need_proof=False)[1] is None
