@@ -127,7 +127,12 @@ def judge_reply(hf: HostedFeed, sent: TreeState, reply: pb.GossipReply, peer: st
         return _proof_of(reply.fork_proof, key, f"{peer}'s fork proof")
     if not reply.HasField("state") or reply.state.length == 0:
         return None
-    theirs = signed_state(key, reply.state, peer)
+    # its signature is checked where it matters, not twice: `from_received` verifies both states, and a
+    # shorter or equal state is verified only if it would make a fork proof (`forks.of_states`)
+    try:
+        theirs = wire.state_of(reply.state)
+    except Corruption as e:
+        raise Corruption(f"{peer}: {e}") from None
     if theirs.length > sent.length:
         if not reply.HasField("consistency"):
             raise Corruption(f"{peer}: a longer state without the consistency proof from {sent.length}")

@@ -128,14 +128,19 @@ def check_witnesses(
 def fork_found(proof: ForkProof, witness: str, keep: Path | None, source: str = "") -> Fork:
     """The Fork a reader raises for `proof`, the proof kept first where `keep` says."""
     where: str | None = None
+    note = ""
     if keep is not None:
-        if keep.suffix == ".json":
-            from ..log.storage import atomic_write
+        try:
+            if keep.suffix == ".json":
+                from ..log.storage import atomic_write
 
-            atomic_write(keep, forks.dumps(proof))
-        else:
-            forks.keep(keep, proof)
-            keep = keep / forks.FORK_FILE
-        where = str(keep)
+                atomic_write(keep, forks.dumps(proof))
+            else:
+                forks.keep(keep, proof)
+                keep = keep / forks.FORK_FILE
+            where = str(keep)
+        except OSError as e:  # the fork is the news: a proof that could not be kept is said, not raised
+            note = f" (the proof could not be kept in {keep}: {e.strerror or e})"
     said = f"{source} and {witness} disagree: " if source else f"{witness}: "
-    return forks.fork_error(proof, said.rstrip(": "), where)
+    err = forks.fork_error(proof, said.rstrip(": "), where)
+    return type(err)(str(err) + note) if note else err

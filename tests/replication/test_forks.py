@@ -25,6 +25,7 @@ from feedlog.replication.client import FeedClient
 from feedlog.replication.witness import judge
 from feedlog.rpc import Address
 from feedlog_server.app import PeerServer
+from feedlog_server.gossip import judge_reply
 from tests.conftest import wait_until
 
 from .test_shutdown import free_port
@@ -264,3 +265,21 @@ def test_a_peer_that_lies_in_getinfo_marks_nothing(tmp_path: Path) -> None:
     with pytest.raises(Corruption, match="did not send"):
         judge(KP.public_key, a[2], pb.FeedInfo(state=wire.state_pb(a[6])), "peer")
     assert judge(KP.public_key, a[2], pb.FeedInfo(state=wire.state_pb(a[6])), "peer", need_proof=False)[1] is None
+
+
+def test_a_gossip_reply_that_lies_marks_nothing(peers: Callable[..., PeerServer], tmp_path: Path) -> None:
+    a = history(tmp_path / "p" / "feed", "a", 6)
+    b = history(tmp_path / "b", "b", 6)
+    hf = peers("p").host.get(KP.public_key)
+    forged = TreeState(7, 0, b[6].tree_hash, a[6].signature)  # another tree under a signature of ours
+    for reply in (
+        pb.GossipReply(key=KP.public_key, state=wire.state_pb(forged)),
+        pb.GossipReply(key=KP.public_key, state=wire.state_pb(TreeState(9, 0, bytes(32), bytes(64)))),
+    ):
+        with pytest.raises(Corruption):
+            judge_reply(hf, a[6], reply, "peer")
+    assert judge_reply(hf, a[6], pb.GossipReply(key=KP.public_key, state=wire.state_pb(a[3])), "peer") is None
+    assert judge_reply(hf, a[6], pb.GossipReply(key=KP.public_key), "peer") is None  # not hosted there
+    found = judge_reply(hf, a[6], pb.GossipReply(key=KP.public_key, state=wire.state_pb(b[6])), "peer")
+    assert found is not None and found.fork_point == 7
+    assert hf.fork is None  # judging marks nothing; the gossiper marks what verifies
