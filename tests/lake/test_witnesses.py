@@ -4,6 +4,8 @@ witnesses that agreed; audit names a table holding two histories of one key."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -97,3 +99,28 @@ def test_the_spark_source_checks_its_witnesses_on_the_driver(peers: Callable[...
     assert [(p.start, p.end) for p in r.partitions()] == [(1, 7)]
     with pytest.raises(InvalidArgument, match="grpc://"):
         FeedBatchReader({"feed": str(tmp_path / "a"), "witnesses": "127.0.0.1:1"})
+
+
+@pytest.mark.slow
+def test_a_spark_ingest_records_its_witnesses(peers: Callable[..., PeerServer], tmp_path: Path) -> None:
+    """The same through a Spark job: the sink's `witnesses` option reaches the committing worker."""
+    history(tmp_path / "p1" / "feed", "a", 5)
+    history(tmp_path / "p2" / "feed", "a", 5)  # the same history: agrees
+    p1, p2 = peers("p1"), peers("p2")
+    w = f"grpc://{p2.address}"
+    table = tmp_path / "table"
+    src = f"grpc://{p1.address}/{KEY_A.public_key.hex()}"
+    args = ["ingest", src, str(table), "--witness", w, "--engine", "spark", "--master", "local[1]", "--json"]
+    p = subprocess.run(
+        [sys.executable, "-m", "feedlog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    info = DeltaTable.open(table).history()[0].commit_info
+    assert info["feedlog"]["witnesses"] == {
+        KEY_A.public_key.hex(): [
+            {"witness": w, "length": 6, "tree_hash": info["feedlog"]["feeds"][0]["signed"]["tree_hash"]}
+        ]
+    }
