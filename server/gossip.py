@@ -56,6 +56,8 @@ DEFAULT_EVERY_S = 60.0
 MIN_SPACING = 1.0
 #: how long one exchange may take before the peer is given up on for this round
 CALL_TIMEOUT = 10.0
+#: the wait before asking again after a round that could not ask some peer
+RETRY_S = 5.0
 
 
 class GossipDoor:
@@ -167,6 +169,7 @@ class Gossiper:
             elif self.peers.get(a.target, set()) is not None:
                 self.peers.setdefault(a.target, set()).add(a.key)  # type: ignore[union-attr]
         self.rounds = 0
+        self.failed = False  # the last round could not ask some peer
         self._stop = threading.Event()
         self._clients: dict[str, FeedClient] = {}
         self._thread = threading.Thread(target=self._run, name="gossip", daemon=True)
@@ -190,17 +193,22 @@ class Gossiper:
             self.run_round()
             if self._stop.wait(self.spacing):  # at most one round a `spacing`, however busy the feeds
                 return
-            self.host.changed.wait(max(0.0, self.every - self.spacing))
+            # a peer that could not be asked (not up yet, restarting) is asked again soon, not a timer later
+            wait = min(self.every, RETRY_S) if self.failed else self.every
+            self.host.changed.wait(max(0.0, wait - self.spacing))
 
     def run_round(self) -> int:
         """Gossip with every peer once; return the fork proofs this round found or was given."""
         found = 0
+        self.failed = False
         for target, keys in list(self.peers.items()):
             try:
                 found += self._with(target, keys)
             except FeedlogError as e:
+                self.failed = True
                 event("gossip_failed", logging.INFO, peer=target, error=str(e))
             except Exception as e:  # a bug of ours met by hostile input: said, and the round goes on
+                self.failed = True
                 event("gossip_failed", logging.ERROR, peer=target, error=f"{type(e).__name__}: {e}")
         self.rounds += 1
         return found
