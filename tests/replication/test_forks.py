@@ -177,6 +177,10 @@ def test_a_witness_catches_a_split_view_no_peer_knows_of(
     assert run(capsys, "verify-fork", str(tmp_path / "plain" / forks.FORK_FILE))[0] == 0
     code, _, err = run(capsys, "pull", str(tmp_path / "plain"))
     assert code == 5 and "forked" in err
+    # a local feed that keeps a proof takes no more appends either (the writer's own copy, say)
+    (tmp_path / "p1" / "feed" / forks.FORK_FILE).write_bytes((tmp_path / "plain" / forks.FORK_FILE).read_bytes())
+    code, _, err = run(capsys, "put", str(tmp_path / "p1" / "feed"), "/x", "1")
+    assert code == 5 and "forked" in err
     # tail checks its witnesses before printing anything
     code, out, err = run(capsys, "tail", url, "--count", "1", "--witness", f"grpc://{p2.address}")
     assert code == 5 and out == ""
