@@ -155,6 +155,9 @@ STATUS_OF: tuple[tuple[type[errors.FeedlogError], grpc.StatusCode], ...] = (
     (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     # a signature that does not verify: the writer is not the key holder
     (errors.SignatureError, grpc.StatusCode.UNAUTHENTICATED),
+    # a peer that holds a fork proof refuses to go past the fork point (issue 40): the feed's state, not
+    # damaged data; GetInfo carries the proof
+    (errors.Fork, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.Corruption, grpc.StatusCode.DATA_LOSS),
     # the state is not what the call needs (a stale length; a feed whose secret key is elsewhere):
     # the kind in the trailers tells the two apart

@@ -37,6 +37,8 @@ from .compaction import Compactor
 from .events import event
 from .flow import DEFAULT_IN_FLIGHT_BYTES, DEFAULT_STALL_SECONDS, InFlight
 from .follower import Follower
+from .gossip import DEFAULT_EVERY_S as DEFAULT_GOSSIP_EVERY_S
+from .gossip import Gossiper
 from .host import DEFAULT_MAX_FEEDS, FeedHost
 from .rpc import rpc_handler, start_server
 from .service import FeedsService
@@ -92,6 +94,8 @@ class PeerServer:
         compact_every: float = DEFAULT_COMPACT_EVERY_S,
         clock: Clock | None = None,
         metrics: MetricsSettings | None = None,
+        gossip: Sequence[Address] = (),
+        gossip_every: float = DEFAULT_GOSSIP_EVERY_S,
     ) -> None:
         self.data = Path(data)
         #: where `/metrics` is served (None: nowhere); its listener and families once started
@@ -124,6 +128,10 @@ class PeerServer:
         self.stall_seconds = stall_seconds  # how long a reader may leave one waiting while others wait for memory
         self.stopping = threading.Event()
         self.followers: list[Follower] = []
+        #: issue 40: peers to gossip signed states with (besides those followed), and the slow timer
+        self.gossip = list(gossip)
+        self.gossip_every = gossip_every
+        self.gossiper: Gossiper | None = None
         self.port = 0
 
     @property
@@ -186,6 +194,8 @@ class PeerServer:
         for address in self.follow:
             self.followers.append(Follower(self.host, address, tls=self.follow_tls).start())
         self.compactor = Compactor(self.host, self.compact_every).start()
+        peers = [*self.gossip, *self.follow]
+        self.gossiper = Gossiper(self.host, peers, every=self.gossip_every, tls=self.follow_tls).start()
         if self.peer_metrics is not None:
             self.peer_metrics.attach(self.host, self.followers, self.compactor)
         event(
@@ -197,6 +207,7 @@ class PeerServer:
             write_auth=guard.how,
             accept_new=self.accept_new,
             following=[str(a) for a in self.follow],
+            gossip=[str(a) for a in self.gossip],
             compact_every=self.compact_every,
             metrics=self.metrics_listener.url if self.metrics_listener else None,
         )
@@ -225,6 +236,8 @@ class PeerServer:
         self.health.enter_graceful_shutdown()
         for f in self.followers:
             f.stop()
+        if self.gossiper is not None:
+            self.gossiper.stop()
         if self.compactor is not None:
             self.compactor.stop()
         self.server.stop(grace).wait(grace + 5)

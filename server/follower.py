@@ -16,11 +16,11 @@ import logging
 import threading
 import time
 
-from feedlog.errors import Corruption, FeedlogError, InvalidArgument, NotFound
+from feedlog.errors import Corruption, FeedlogError, Fork, InvalidArgument, NotFound
 from feedlog.pb import feeds_pb2 as pb
-from feedlog.replication import wire
 from feedlog.replication.client import FeedClient, Subscription
 from feedlog.replication.sync import check_remote, fill_holes, store_responses
+from feedlog.replication.witness import judge
 from feedlog.rpc import Address, Tls
 
 from .events import event
@@ -88,6 +88,10 @@ class Follower:
             return 0 if hf is None else hf.feed.length
 
         while not self._stop.is_set():
+            if hf is not None and hf.fork is not None:  # issue 40: a feed proven forked is followed no further
+                self.last_error = f"forked: {hf.fork.describe()}"
+                event("follow_stopped", logging.WARNING, peer=peer, feed=feed, length=length(), error=self.last_error)
+                return
             progressed = rejected = False
 
             def stored(hosted: HostedFeed, length: int) -> None:
@@ -99,14 +103,23 @@ class Follower:
 
             try:
                 with FeedClient(peer, tls=self.tls) as client:
-                    info = client.info(self.key)
+                    info = client.info(self.key, consistency_from=0 if hf is None else hf.feed.length)
                     if hf is None:
                         hf = self._hosted(info)
                     self.hosted = hf
                     self.upstream_length = max(self.upstream_length, info.state.length)
                     # a peer whose signed tree differs at a length we hold is a fork, not "nothing new";
-                    # the roots at our length let store_responses catch one further on (issue 13 item 10)
-                    state = wire.state_of(info.state)
+                    # the roots at our length let store_responses catch one further on (issue 13 item 10).
+                    # Issue 40: its longer state must come with the consistency proof from ours, and a
+                    # fork found (or one the upstream holds) is kept as a proof and stops the follow
+                    if info.HasField("consistency") and info.consistency.old_length != hf.feed.length:
+                        info = client.info(self.key, consistency_from=hf.feed.length)  # ours was new
+                    state, found = judge(
+                        self.key, hf.feed.core.state, info, peer, node=hf.feed.core.node, need_proof=False
+                    )
+                    if found is not None:
+                        hf.mark_forked(found, peer)
+                        raise Fork(f"{peer}: {found.describe()}")
                     check_remote(hf.feed, state, peer)
                     # holes another upstream left (blocks it sent cleared) that this one may still serve
                     filled = fill_holes(hf.feed, client, peer, state.length)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Protocol
 
 from feedlog.clock import Clock
-from feedlog.errors import Corruption, InvalidArgument, NotFound, ReadOnly, ResourceExhausted
-from feedlog.log import entries, merkle
+from feedlog.errors import Corruption, FeedlogError, Fork, InvalidArgument, NotFound, ReadOnly, ResourceExhausted
+from feedlog.log import entries, forks, merkle
 from feedlog.log.core import KEY_FILE, check_batch
 from feedlog.log.crypto import KeyPair, Verifier
 from feedlog.log.feed import DEFAULT_TIMESTAMPS, Feed
@@ -40,20 +40,55 @@ class CommitObserver(Protocol):
 
 
 class HostedFeed:
-    def __init__(self, feed: Feed, observer: CommitObserver | None = None) -> None:
+    def __init__(
+        self, feed: Feed, observer: CommitObserver | None = None, changed: threading.Event | None = None
+    ) -> None:
         self.feed = feed
         self.key = feed.key
         self.discovery_key = feed.discovery_key
         self._changed = threading.Condition()
+        self._any_changed = changed  # the host's: wakes its gossip (issue 40)
         observe = observer.committed if observer is not None else None
         self.committer = GroupCommitter(feed, self.notify, observe=observe) if feed.core.can_sign else None
         if observer is not None:
             feed.core.on_fsync = observer.fsynced
+        #: proof that the key signed two histories (issue 40): kept beside the feed; set, the peer
+        #: refuses appends, follows and reads past its fork point
+        self.fork: forks.ForkProof | None = None
+        try:
+            self.fork = forks.load(feed.core.path)
+        except FeedlogError as e:  # a damaged or hand-made file proves nothing: said, then ignored
+            event("fork_proof_ignored", feed=self.key.hex(), reason=str(e))
 
     def notify(self) -> None:
         """Wake every subscriber: the feed grew."""
         with self._changed:
             self._changed.notify_all()
+        if self._any_changed is not None:
+            self._any_changed.set()
+
+    def mark_forked(self, proof: forks.ForkProof, source: str) -> bool:
+        """Keep `proof` (verified under this feed's key first) and stop the feed at its fork point;
+        False if a proof is held already. Never called with a proof that did not verify."""
+        forks.verify(proof, self.key)
+        with self._changed:
+            if self.fork is not None:
+                return False
+            forks.keep(self.feed.core.path, proof)
+            self.fork = proof
+        event("feed_forked", feed=self.key.hex(), source=source, fork_point=proof.fork_point, proof=proof.describe())
+        self.notify()
+        return True
+
+    def refuse_forked(self, end: int | None = None) -> None:
+        """Fork (FAILED_PRECONDITION) if the feed is forked and `end` (None: any append or follow) passes
+        the fork point."""
+        fp = self.fork
+        if fp is not None and (end is None or end > fp.fork_point):
+            raise Fork(
+                f"{fp.describe()}; this peer holds the proof and serves nothing past length {fp.fork_point} "
+                "(GetInfo carries the proof)"
+            )
 
     def wait_beyond(self, length: int, timeout: float) -> bool:
         """Block until the feed is longer than `length` (True) or `timeout` passes (False)."""
@@ -98,6 +133,8 @@ class FeedHost:
         self._feeds: dict[bytes, HostedFeed] = {}
         self._by_dkey: dict[bytes, HostedFeed] = {}
         self.on_new: list[Callable[[HostedFeed], None]] = []
+        #: set whenever a hosted feed grows or is marked forked (gossip waits on it, issue 40)
+        self.changed = threading.Event()
         self.root.mkdir(parents=True, exist_ok=True)
         for d in sorted(self.root.iterdir()):
             # a dot name is a feed being built (or a build a crash abandoned): not a feed yet
@@ -111,7 +148,7 @@ class FeedHost:
             self._add(feed)
 
     def _add(self, feed: Feed) -> HostedFeed:
-        hf = HostedFeed(feed, self.observer)
+        hf = HostedFeed(feed, self.observer, self.changed)
         self._feeds[hf.key] = hf
         self._by_dkey[hf.discovery_key] = hf
         event("feed_opened", feed=hf.key.hex(), length=feed.length, owned=hf.committer is not None)

@@ -45,7 +45,16 @@ def peer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--follow", action="append", default=[], metavar="grpc://HOST:PORT/KEY", help="replicate a feed (repeatable)"
     )
-    p.add_argument("--tls-ca", metavar="FILE", help="CA of the peers in --follow (TLS to them)")
+    p.add_argument(
+        "--gossip",
+        action="append",
+        default=[],
+        metavar="grpc://HOST:PORT",
+        help="exchange signed states of every hosted feed with this peer (repeatable; followed peers are "
+        "gossiped with too): a key that signed two histories is caught as a fork proof",
+    )
+    p.add_argument("--gossip-every", default="1m", metavar="DURATION", help="gossip at least this often (default 1m)")
+    p.add_argument("--tls-ca", metavar="FILE", help="CA of the peers in --follow and --gossip (TLS to them)")
     p.add_argument(
         "--insecure", action="store_true", help="allow a --listen beyond loopback without TLS (tokens in the clear)"
     )
@@ -105,6 +114,19 @@ def compact_every(text: str) -> float:
         raise InvalidArgument(f"--compact-every {text!r}: {e}") from None
     if ms <= 0:
         raise InvalidArgument(f"--compact-every {text!r}: give a positive duration, or 0 to turn it off")
+    return ms / 1000
+
+
+def _gossip_every(text: str) -> float:
+    """`--gossip-every` in seconds (issue 40): a positive duration (30s, 1m, 1h)."""
+    from feedlog.log.timestamps import parse_duration
+
+    try:
+        ms = parse_duration(text)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"--gossip-every {text!r}: {e}") from None
+    if ms < 1000:
+        raise InvalidArgument(f"--gossip-every {text!r}: give at least 1s")
     return ms / 1000
 
 
@@ -170,6 +192,8 @@ def serve_peer(ns: argparse.Namespace) -> None:
     follow = [Address.parse(u, need_feed=True) for u in ns.follow]
     for a in follow:
         a.key  # noqa: B018 -- validates the key before the server starts
+    gossip = [Address.parse(u) for u in ns.gossip]
+    gossip_every = _gossip_every(ns.gossip_every)
     # TLS to the followed peers: their CA, and our own certificate for those that ask for one
     follow_tls = Tls.from_files(ns.tls_ca, ns.tls_cert, ns.tls_key) if ns.tls_ca else None
     configure(logging.DEBUG if ns.verbose else logging.INFO)
@@ -190,6 +214,8 @@ def serve_peer(ns: argparse.Namespace) -> None:
             max_feeds=ns.max_feeds,
             compact_every=every,
             metrics=metrics,
+            gossip=gossip,
+            gossip_every=gossip_every,
         )
     )
 

@@ -32,7 +32,7 @@ from feedlog.errors import (
     Unavailable,
     Unsupported,
 )
-from feedlog.log import merkle, retention
+from feedlog.log import consistency, merkle, retention
 from feedlog.log.core import Segment
 from feedlog.log.feed import Feed, Write
 from feedlog.log.timestamps import TimestampPolicy, format_duration
@@ -43,6 +43,7 @@ from feedlog.replication import wire
 from .auth import Guard
 from .events import event
 from .flow import InFlight
+from .gossip import GossipDoor
 from .group_commit import GroupCommitter, Result
 from .host import FeedHost, HostedFeed
 from .rpc import abort as _abort
@@ -104,6 +105,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         self.max_message_bytes = max_message_bytes  # the server's send limit
         self.stopping = stopping or threading.Event()
         self.put_stream_bytes = put_stream_bytes
+        self.gossip = GossipDoor(host, self.guard)  # issue 40: the Gossip RPC's checks and rate limit
 
     # ---- helpers --------------------------------------------------------------------------
 
@@ -134,6 +136,8 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
             m.max_timestamp = f.core.max_ts
         if self.compact_every_ms is not None:
             m.compact_every_ms = self.compact_every_ms
+        if hf.fork is not None:
+            m.fork_proof.CopyFrom(wire.fork_proof_pb(hf.fork))
         return m
 
     def _budget(self, requested: int) -> int:
@@ -187,7 +191,17 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
 
     @unary
     def GetInfo(self, request: pb.GetInfoRequest, context: grpc.ServicerContext) -> pb.FeedInfo:
-        return self._info(self._find(request.feed), request.feed.WhichOneof("id") == "key")
+        hf = self._find(request.feed)
+        info = self._info(hf, request.feed.WhichOneof("id") == "key")
+        if request.HasField("consistency_from") and request.consistency_from <= info.state.length:
+            # issue 40: from the caller's length to the state just reported (nodes below it never change)
+            proof = consistency.prove(request.consistency_from, info.state.length, hf.feed.core.node)
+            info.consistency.CopyFrom(wire.consistency_pb(proof))
+        return info
+
+    @unary
+    def Gossip(self, request: pb.GossipRequest, context: grpc.ServicerContext) -> pb.GossipResponse:
+        return self.gossip.answer(request, context)
 
     @unary
     def Create(self, request: pb.CreateRequest, context: grpc.ServicerContext) -> pb.FeedInfo:
@@ -227,6 +241,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
                 timestamps=request.timestamps,
                 ttl=request.ttl,
             )
+        hf.refuse_forked()  # issue 40: a feed proven forked takes no more appends
         try:
             state = hf.feed.append_with_signature(request.expected_length, blocks, request.signature, fork=request.fork)
         except Conflict as e:
@@ -247,6 +262,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
     def _checked(self, request: pb.PutRequest) -> tuple[GroupCommitter, list[Write]]:
         """The committer of the request's feed and its entries, checked as that feed takes them."""
         hf = self.host.get(wire.check_key(request.feed))
+        hf.refuse_forked()
         committer = hf.committer_or_raise()
         if len(request.entries) > MAX_PUT_ENTRIES:
             raise InvalidArgument(f"{len(request.entries)} entries in one request; the limit is {MAX_PUT_ENTRIES}")
@@ -352,6 +368,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         pos, budget, roots = request.start, self._budget(request.max_message_bytes), request.with_roots
         # to the end of the batch holding end - 1: the reader needs that batch's signature
         stop = hf.feed.core.batch_end(end - 1) if end > pos else pos
+        hf.refuse_forked(stop)  # issue 40: nothing past a proven fork point
         yield from self._messages(hf, pos, stop, budget, roots, context)
 
     @streaming
@@ -360,6 +377,7 @@ class FeedsService(pb_grpc.FeedsServicer):  # type: ignore[misc]  # generated, u
         pos, budget, roots = request.start, self._budget(request.max_message_bytes), request.with_roots
         event("subscribe", feed=hf.key.hex(), start=pos, peer=context.peer())
         while context.is_active() and not self.stopping.is_set():
+            hf.refuse_forked()  # issue 40: a follower of a feed proven forked is told so, with the proof in GetInfo
             length = hf.feed.length
             if length <= pos:
                 hf.wait_beyond(pos, WAIT_SLICE)

@@ -50,6 +50,7 @@ from feedlog.log import entries, merkle
 from feedlog.log.crypto import KeyPair, Signer, tree_signable
 from feedlog.log.feed import Feed, Write
 from feedlog.pb import feeds_pb2 as pb
+from feedlog.replication import wire
 from feedlog.replication.client import FeedClient
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Feeds"]
@@ -139,10 +140,17 @@ def seeds(author: Feed, kp: KeyPair, drive: Feed, signed_key: bytes) -> dict[str
     """Valid serialized requests for every RPC of the service."""
     rk, dk = author.key, drive.key
     append = next_append(author, kp).SerializeToString()
+    first_state = next(g.state for g in author.core.segments(0, author.length, 1 << 20) if g.state is not None)
     out: dict[str, list[Message]] = {
         "GetInfo": [
             pb.GetInfoRequest(feed=pb.FeedId(key=rk)),
             pb.GetInfoRequest(feed=pb.FeedId(discovery_key=drive.discovery_key)),
+            pb.GetInfoRequest(feed=pb.FeedId(key=rk), consistency_from=11),  # issue 40: with a consistency proof
+        ],
+        # issue 40: a signed state of the replica (an older one: the answer carries a consistency proof)
+        "Gossip": [
+            pb.GossipRequest(feeds=[pb.GossipState(key=rk, state=wire.state_pb(first_state))]),
+            pb.GossipRequest(feeds=[pb.GossipState(key=rk, state=wire.state_pb(author.core.state))]),
         ],
         "Create": [pb.CreateRequest(content_type="entry", timestamps="exact", ttl="7d"), pb.CreateRequest()],
         "Put": [

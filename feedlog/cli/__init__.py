@@ -41,7 +41,17 @@ OS_EXIT_CODES = {
 
 def build_parser() -> Parser:
     from ..version import __version__
-    from . import console_cmds, feed_cmds, insight_cmds, lake_cmds, owner_cmds, peer_cmds, proof_cmds, table_cmds
+    from . import (
+        console_cmds,
+        feed_cmds,
+        fork_cmds,
+        insight_cmds,
+        lake_cmds,
+        owner_cmds,
+        peer_cmds,
+        proof_cmds,
+        table_cmds,
+    )
 
     parser = Parser(
         prog="feedlog",
@@ -62,6 +72,7 @@ def build_parser() -> Parser:
     lake_cmds.register(sub)
     insight_cmds.register(sub)
     console_cmds.register(sub)
+    fork_cmds.register(sub)
     return parser
 
 

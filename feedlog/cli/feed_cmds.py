@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import IO
 
 from ..errors import Corruption, InvalidArgument, NotFound, PermissionDenied, printable
+from ..log import forks
 from ..log.core import MAX_BATCH_BYTES
 from ..log.crypto import discovery_key
 from ..log.entries import DRIVE_EVENT, PROTOCOLS, decode_header
@@ -54,6 +55,17 @@ def opened(path: str, writable: bool = False) -> Iterator[Feed]:
         feed.close()
 
 
+@contextmanager
+def appending(path: str) -> Iterator[Feed]:
+    """A local feed opened to append to; refused (Fork, exit 5) while it keeps a fork proof (issue 40):
+    its key signed two histories, and a third continuation would only deepen the split."""
+    held = forks.load(path)
+    if held is not None:
+        raise forks.fork_error(held, path, os.path.join(path, forks.FORK_FILE))
+    with opened(path, writable=True) as feed:
+        yield feed
+
+
 def policy_arg(text: str) -> TimestampPolicy:
     return TimestampPolicy.parse(text)
 
@@ -90,7 +102,7 @@ def parse_value(content_type: str, raw: str, is_hex: bool) -> bytes | dict[str, 
 def cmd_put(ns: argparse.Namespace) -> None:
     if is_remote(ns.path):
         return remote_put(ns, deleted=False)
-    with opened(ns.path, writable=True) as feed:
+    with appending(ns.path) as feed:
         a = feed.put(
             ns.key,
             parse_value(feed.content_type, ns.value, ns.hex),
@@ -104,7 +116,7 @@ def cmd_put(ns: argparse.Namespace) -> None:
 def cmd_del(ns: argparse.Namespace) -> None:
     if is_remote(ns.path):
         return remote_put(ns, deleted=True)
-    with opened(ns.path, writable=True) as feed:
+    with appending(ns.path) as feed:
         a = feed.delete(ns.key, timestamps=ns.timestamps)
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
@@ -112,7 +124,7 @@ def cmd_del(ns: argparse.Namespace) -> None:
 def cmd_forget(ns: argparse.Namespace) -> None:
     if is_remote(ns.path):
         return remote_put(ns, deleted=True, forget=True)
-    with opened(ns.path, writable=True) as feed:
+    with appending(ns.path) as feed:
         a = feed.forget(ns.key, timestamps=ns.timestamps)
     emit(ns, appended_json(a), f"{a.seq}\t{fmt_ts(a.timestamp)}")
 
@@ -216,7 +228,7 @@ def cmd_append(ns: argparse.Namespace) -> int:
     length = 0
     try:
         with (
-            opened(ns.path, writable=True) as feed,
+            appending(ns.path) as feed,
             Progress("append", total=size, unit="bytes", enabled=progress_wanted(ns)) as progress,
         ):
             length = feed.length
@@ -393,6 +405,9 @@ def cmd_info(ns: argparse.Namespace) -> None:
     else:
         with opened(ns.path) as feed:
             info = {**feed.info(), "forgetting": forgetting(None, peer=False)}
+            held = forks.load(feed.core.path)  # issue 40: a fork proof kept beside the feed is named
+            if held is not None:
+                info = {**info, "fork_proof": f"{held.describe()} (fork point {held.fork_point})"}
 
     def human() -> None:
         for k, v in info.items():

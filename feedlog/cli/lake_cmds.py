@@ -17,6 +17,7 @@ from ..metrics import add_arguments as add_metrics_arguments
 from ..metrics import settings_of as metrics_settings
 from .args import Subcommands, storage_option_args, storage_options_of
 from .fmt import Progress, emit, fmt_size, fmt_ts, plural, progress_wanted
+from .fork_cmds import witness_args
 from .table_cmds import parse_retention, token_args, token_of
 
 if TYPE_CHECKING:  # only the Spark connector imports pyspark at run time
@@ -92,6 +93,7 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     from ..lake.feeds import parse_sources
     from ..lake.ingest import nothing_new, plan, plan_lines
     from ..lake.sink import TableRef, table_location
+    from ..lake.witnesses import parse as parse_witnesses
 
     sources = parse_sources(",".join(ns.sources))  # bad specs and table locations fail here, before Spark starts
     table_location(ns.table)
@@ -106,7 +108,7 @@ def cmd_ingest(ns: argparse.Namespace) -> None:
     ref = TableRef.resolve(ns.table, ns.owner, token_of(ns), storage)
     # Ask the sources and the table first, without Spark (seconds, not the half minute Spark takes
     # to start): a peer that is down, a table of another schema and "nothing new" end here.
-    plans = plan(sources, ref)
+    plans = plan(sources, ref, witnesses=parse_witnesses(ns.witness))
     quiet = nothing_new(plans)
     if quiet is not None and (not ns.stream or ns.available_now):
         fields: dict[str, Any] = {"version": None, "rows": 0, "seconds": 0.0, "ict": None}
@@ -430,6 +432,7 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="grpc://HOST:PORT/KEY or a feed directory")
     p.add_argument("table", metavar="TABLE", help="the Delta table: a directory, or an object-store URL (s3://...)")
+    witness_args(p)  # issue 40: a fork fails the job before a row lands; agreeing witnesses go in the commit
     p.add_argument(
         "--owner",
         help="commit owner for a new table, and the one trusted for an existing one: grpc://HOST:PORT, a SQLite "

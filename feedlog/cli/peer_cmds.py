@@ -18,6 +18,8 @@ from ..errors import FeedlogError, Unavailable
 from ..log import entries
 from ..log.feed import Feed
 from ..replication.sync import clone, pull, push
+from ..replication.verify import signed_state
+from ..replication.witness import check_witnesses
 from ..rpc import Address
 from .args import Handler, Parser, Subcommands, add_command, seq_number
 from .fmt import (
@@ -31,6 +33,7 @@ from .fmt import (
     record_json,
     record_line,
 )
+from .fork_cmds import witness_args, witnesses_of
 from .remote import client_for, header_type, peer_token, signed_type, tls_args, tls_of, warn_if_clear
 
 
@@ -81,10 +84,14 @@ def cmd_clone(ns: argparse.Namespace) -> int:
     address = Address.parse(ns.url, need_feed=True)
     with Progress("clone", enabled=progress_wanted(ns)) as progress:
         try:
-            done = clone(address, ns.path, tls=tls_of(ns), on_progress=_reporter(progress))
+            done = clone(address, ns.path, tls=tls_of(ns), on_progress=_reporter(progress), witnesses=witnesses_of(ns))
         except KeyboardInterrupt:
             return _copy_interrupted(progress, ns.path)
-    emit(ns, {"fetched": done.blocks, "length": done.length}, f"cloned {plural(done.length, 'block')} into {ns.path}")
+    emit(
+        ns,
+        {"fetched": done.blocks, "length": done.length, **_agreed(done.witnesses)},
+        f"cloned {plural(done.length, 'block')} into {ns.path}" + _agreed_text(done.witnesses),
+    )
     return 0
 
 
@@ -92,7 +99,7 @@ def cmd_pull(ns: argparse.Namespace) -> int:
     with Progress("pull", enabled=progress_wanted(ns)) as progress:
         try:
             peer = Address.parse(ns.peer) if ns.peer else None
-            done = pull(ns.path, tls=tls_of(ns), on_progress=_reporter(progress), peer=peer)
+            done = pull(ns.path, tls=tls_of(ns), on_progress=_reporter(progress), peer=peer, witnesses=witnesses_of(ns))
         except KeyboardInterrupt:
             return _copy_interrupted(progress, ns.path)
     text = f"fetched {plural(done.blocks, 'block')}; length {done.length:,}"
@@ -100,8 +107,19 @@ def cmd_pull(ns: argparse.Namespace) -> int:
         text += f"; filled {plural(done.filled, 'hole')}"
     if done.holes:  # blocks that came cleared: a hole, not a value (issue 37)
         text += f"; {plural(done.holes, 'hole')} left (blocks a peer sent cleared: pull --peer from another to fill)"
-    emit(ns, {"fetched": done.blocks, "length": done.length, "filled": done.filled, "holes": done.holes}, text)
+    text += _agreed_text(done.witnesses)
+    data = {"fetched": done.blocks, "length": done.length, "filled": done.filled, "holes": done.holes}
+    emit(ns, {**data, **_agreed(done.witnesses)}, text)
     return 0
+
+
+def _agreed(witnesses: tuple[str, ...]) -> dict[str, list[str]]:
+    """The --witness peers that agreed (issue 40), in --json only when some were asked."""
+    return {"witnesses": list(witnesses)} if witnesses else {}
+
+
+def _agreed_text(witnesses: tuple[str, ...]) -> str:
+    return f"; {plural(len(witnesses), 'witness', 'witnesses')} agreed" if witnesses else ""
 
 
 def cmd_tail(ns: argparse.Namespace) -> None:
@@ -111,7 +129,17 @@ def cmd_tail(ns: argparse.Namespace) -> None:
     with client:
         # entries decode by the feed's type, which only its header (block 0) says with a signature;
         # a feed with no blocks yet is tailed from 0, so that its header comes first
-        content_type = signed_type(client, key, address.target) if client.info(key).state.length else None
+        info = client.info(key)
+        if ns.witness and info.state.length:  # issue 40: the source's signed state, cross-checked first
+            check_witnesses(
+                key,
+                signed_state(key, info.state, address.target),
+                witnesses_of(ns),
+                tls=tls_of(ns),
+                longer=lambda length: client.info(key, consistency_from=length),
+                source=address.target,
+            )
+        content_type = signed_type(client, key, address.target) if info.state.length else None
         start = ns.from_ if content_type is not None else 0
         sub = client.subscribe(key, start, with_roots=True)
         try:
@@ -157,6 +185,7 @@ def register(sub: Subcommands) -> None:
     p = add("clone", cmd_clone, "copy a feed from a peer, verifying every block and signature")
     p.add_argument("url", metavar="grpc://HOST:PORT/KEY")
     p.add_argument("path")
+    witness_args(p)
     tls_args(p)
     progress_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -168,6 +197,7 @@ def register(sub: Subcommands) -> None:
         metavar="grpc://HOST:PORT",
         help="pull from this peer instead of the origin (also fills holes: blocks the origin sent cleared)",
     )
+    witness_args(p)
     tls_args(p)
     progress_flag(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -176,5 +206,6 @@ def register(sub: Subcommands) -> None:
     p.add_argument("url", metavar="grpc://HOST:PORT/KEY")
     p.add_argument("--from", dest="from_", type=seq_number, default=1, metavar="N", help="first seq (default 1)")
     p.add_argument("--count", type=int, metavar="N", help="stop after N entries (default: run until interrupted)")
+    witness_args(p)
     tls_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per line")

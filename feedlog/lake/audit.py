@@ -42,6 +42,7 @@ from ..delta import DeltaTable
 from ..delta.actions import Add
 from ..delta.scan import ScanContext, conform_array, read_file, read_uri
 from ..errors import Corruption, FeedlogError, InvalidArgument
+from ..log import forks
 from ..log.crypto import Verifier, leaf_hash
 from ..log.entries import ENTRY, decode_entry, decode_header
 from ..log.merkle import Node, TreeState, fold_roots, leaf_hashes, roots_hash
@@ -93,11 +94,14 @@ class FeedAudit:
     unchecked_from: int | None = None
     breaks_at: int | None = None
     missing_ranges: list[tuple[int, int]] = field(default_factory=list)
+    #: issue 40: two signed states found in the table that the key signed and that cannot both hold
+    #: (a table built from two histories of one key), each as its fork proof's description
+    forks: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return (
-            not (self.missing_count or self.extra_count or self.altered_count or self.problem)
+            not (self.missing_count or self.extra_count or self.altered_count or self.problem or self.forks)
             and self.trusted
             and self.signed_length > 0
         )
@@ -117,6 +121,8 @@ class FeedAudit:
         head = f"feed {self.key[:16]}...  {'ok' if self.ok else 'FAILED'}: "
         if self.problem is not None:
             return head + self.problem
+        if self.forks:
+            head += f"FORKED, the table holds two histories of the key ({self.forks[0]}); "
         checked = (
             f"{_rows(self.rows)}, signed prefix seqs 1..{self.signed_length - 1} ({self.signatures} signatures checked)"
         )
@@ -129,7 +135,7 @@ class FeedAudit:
 
     def details(self) -> list[str]:
         """The problems behind a failed summary, one per line (the first `SHOW` of each kind)."""
-        out = []
+        out = [f"fork: {f}" for f in self.forks]
         if self.missing_ranges:
             shown = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in self.missing_ranges)
             more = " ..." if sum(b - a + 1 for a, b in self.missing_ranges) < self.missing_count else ""
@@ -165,6 +171,7 @@ class FeedAudit:
             "unchecked": self.unchecked,
             "unchecked_from": self.unchecked_from,
             "breaks_at": self.breaks_at,
+            "forks": self.forks,
         }
 
 
@@ -414,10 +421,12 @@ class _FeedCheck:
             if state.length != seq + 1 or not complete or not verifier.verify(state.signature, state.signable()):
                 a.add_altered(f"seq {seq}: its signed state (length {state.length}) does not verify")
                 continue
+            self._fork_check(checkpoints.get(state.length), state)
             checkpoints[state.length] = state
             header = header or s["header"]
         for state in commits:
             if verifier.verify(state.signature, state.signable()):
+                self._fork_check(checkpoints.get(state.length), state)
                 checkpoints.setdefault(state.length, state)
             else:
                 a.add_altered(f"commit provenance for length {state.length}: the signature does not verify")
@@ -471,6 +480,15 @@ class _FeedCheck:
         self.pending: dict[int, tuple[bytes, int] | None] = {}
         self.broken = self.mismatch = False
         self.active = True
+
+    def _fork_check(self, prior: TreeState | None, state: TreeState) -> None:
+        """Two verified states at one length with different trees: the key signed two histories and the
+        table holds rows (or commits) of both (issue 40); named once per length, with a proof that verifies."""
+        if prior is None or prior.tree_hash == state.tree_hash or prior.fork != state.fork:
+            return
+        proof = forks.of_states(bytes.fromhex(self.a.key), prior, state)
+        if len(self.a.forks) < SHOW:
+            self.a.forks.append(proof.describe())
 
     # -- pass 2 --
 
@@ -567,7 +585,8 @@ class _FeedCheck:
                 if roots_hash(self.roots) != self.checkpoints[self.next].tree_hash:
                     self.a.add_altered(
                         f"seqs {self.good}..{self.next - 1}: do not hash to the signed tree at length "
-                        f"{self.next} (block bytes were changed)",
+                        f"{self.next} (block bytes were changed, or rows of two histories the key signed were "
+                        "mixed: a fork)",
                         self.next - self.good,
                     )
                     self.broken = self.mismatch = True

@@ -42,6 +42,8 @@ import pyarrow as pa
 from .. import errors
 from ..delta import TableNotFound
 from ..delta.schema import conform
+from ..replication.witness import Agreed
+from ..rpc import Address
 from .feeds import FeedSource, parse_sources
 from .land import land, land_here
 from .maintain import MaintainReport
@@ -54,6 +56,8 @@ from .spark_errors import root_error, spark_job
 from .stream_local import DEFAULT_TRIGGER_MS, StreamSettings, StreamStats, stream_here
 from .stream_maintenance import StreamMaintenance
 from .stream_metrics import StreamMetrics, follow_local, observe_behind, observe_commits
+from .witnesses import OPTION as WITNESS_OPTION
+from .witnesses import cross_check, provenance
 
 Progress = Callable[[str], None]
 #: (Spark tasks done, tasks known) of the running job, reported while it runs
@@ -68,6 +72,8 @@ class FeedPlan:
     #: bytes of the feed's blocks up to `end` as the source says (0: not known); a peer's figure is
     #: not verified, and only decides where the work runs (`runs_here`)
     feed_bytes: int = 0
+    #: issue 40: the witnesses whose signed state agreed with the source's at `end` (`plan(witnesses=)`)
+    witnesses: tuple[Agreed, ...] = ()
 
     @property
     def entries(self) -> int:
@@ -118,20 +124,26 @@ def plan(
     table: str | TableRef,
     owner: str | None = None,
     storage: Mapping[str, str] | None = None,
+    witnesses: Sequence[Address] = (),
 ) -> list[FeedPlan]:
     """Each feed's range to land: from its txn marker in the table to the length its source signed.
-    No Spark: the table's log is read here and each source asked once (a down peer fails fast)."""
+    No Spark: the table's log is read here and each source asked once (a down peer fails fast).
+    `witnesses` (issue 40): the range ends at the signed state they agreed with; a fork fails here."""
     starts = landed(table, sources, owner, storage)
     out = []
     for s in sources:
         length, size = s.signed_size()
+        agreed: tuple[Agreed, ...] = ()
+        if witnesses:
+            state, found = cross_check(s, witnesses)
+            length, agreed = min(length, state.length), tuple(found)
         start = starts[s.key_hex]
         if start > length:
             raise errors.Conflict(
                 f"the table holds feed {s.key_hex[:16]}... up to seq {start - 1}, past the {length} blocks "
                 f"{s.spec} has: a different or truncated copy of the feed?"
             )
-        out.append(FeedPlan(s, start, length, size))
+        out.append(FeedPlan(s, start, length, size, agreed))
     return out
 
 
@@ -229,6 +241,8 @@ def ingest_batch(
         "endingOffsets": offsets("end"),
     }
     sink_options = _sink_options(owner, token, storage_options, job)
+    if any(p.witnesses for p in plans):  # which witnesses agreed, into the commit's provenance (issue 40)
+        sink_options[WITNESS_OPTION] = provenance({p.source.key_hex: p.witnesses for p in plans if p.witnesses})
     if spark is None:
         land_here(read_options, ref.path, sink_options, tasks, ref=ref)
     else:

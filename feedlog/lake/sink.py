@@ -41,6 +41,7 @@ commit (the commit before it has landed).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import urllib.parse
 import uuid
@@ -331,6 +332,8 @@ class SinkConfig:
     storage_options: dict[str, str] | None = None
     #: a task writes out what it holds once it holds this many bytes of Arrow data (`write`)
     flush_bytes: int = FLUSH_BYTES
+    #: the `witnesses` option (issue 40): which witnesses agreed with each feed's source, as JSON
+    witnesses: str | None = None
     #: the job's open table (`TableRef`), for commits made in the process that prepared this config:
     #: not pickled (an executor or a committing worker elsewhere opens the table from the fields above)
     handle: DeltaTable | None = field(default=None, compare=False, repr=False)
@@ -402,6 +405,7 @@ class SinkConfig:
             job_id=options.get("jobId"),
             storage_options=storage_options_in(options),
             handle=table if ref is not None else None,
+            witnesses=options.get("witnesses"),
         )
 
     # executors
@@ -485,6 +489,8 @@ class SinkConfig:
                 tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
                 if self.job_id:
                     tx.info_extra["feedlog"]["job"] = self.job_id
+                if self.witnesses:  # issue 40: {feed key: [{witness, length, tree_hash}]} that agreed
+                    tx.info_extra["feedlog"]["witnesses"] = json.loads(self.witnesses)
             failpoints.point("sink.before_commit")
             result = table.commit(tx)
         except Conflict:

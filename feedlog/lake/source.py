@@ -14,6 +14,8 @@ n means "seqs before n"; entries start at seq 1, after the header):
     maxEntriesPerTrigger    streaming: entries per micro-batch over all feeds (rounded up to the
                             end of a signed batch, so every micro-batch ends on a signature)
     maxEntriesPerPartition  split a feed's range into tasks of at most this many entries (200000)
+    witnesses               grpc://HOST:PORT,... peers whose signed state of each feed must agree with
+                            its source's (issue 40), checked on the driver: a fork fails the read
 
 Each task reads its seq range from the peer or directory and verifies every
 block against the feed's signed tree with the key from the feed spec: a block
@@ -41,6 +43,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import InvalidArgument
 from ..log.entries import decode_header
+from . import witnesses
 from .feeds import FeedSource, parse_sources
 from .rows import SCHEMA, RowBuilder
 from .spark_errors import marked
@@ -88,7 +91,10 @@ def load_feeds(options: Mapping[str, str]) -> list[SourceFeed]:
     if not spec:
         raise InvalidArgument('the feedlog source needs option "feed" (or "feeds")')
     out = []
+    witnessed = witnesses.parse(options.get(witnesses.OPTION))
     for src in parse_sources(spec):
+        if witnessed:
+            witnesses.cross_check(src, witnessed)
         header = src.header()
         out.append(SourceFeed(src, header, decode_header(header)))
     return out

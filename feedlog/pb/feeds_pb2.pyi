@@ -37,13 +37,39 @@ class SignedState(_message.Message):
     def __init__(self, length: _Optional[int] = ..., fork: _Optional[int] = ..., tree_hash: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class GetInfoRequest(_message.Message):
-    __slots__ = ("feed",)
+    __slots__ = ("feed", "consistency_from")
     FEED_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FROM_FIELD_NUMBER: _ClassVar[int]
     feed: FeedId
-    def __init__(self, feed: _Optional[_Union[FeedId, _Mapping]] = ...) -> None: ...
+    consistency_from: int
+    def __init__(self, feed: _Optional[_Union[FeedId, _Mapping]] = ..., consistency_from: _Optional[int] = ...) -> None: ...
+
+class ConsistencyProof(_message.Message):
+    __slots__ = ("old_length", "new_length", "old_roots", "nodes")
+    OLD_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    NEW_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    OLD_ROOTS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    old_length: int
+    new_length: int
+    old_roots: _containers.RepeatedCompositeFieldContainer[Node]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    def __init__(self, old_length: _Optional[int] = ..., new_length: _Optional[int] = ..., old_roots: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class ForkProof(_message.Message):
+    __slots__ = ("key", "a", "b", "consistency")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    A_FIELD_NUMBER: _ClassVar[int]
+    B_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    a: SignedState
+    b: SignedState
+    consistency: ConsistencyProof
+    def __init__(self, key: _Optional[bytes] = ..., a: _Optional[_Union[SignedState, _Mapping]] = ..., b: _Optional[_Union[SignedState, _Mapping]] = ..., consistency: _Optional[_Union[ConsistencyProof, _Mapping]] = ...) -> None: ...
 
 class FeedInfo(_message.Message):
-    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp", "header", "timestamps", "ttl", "compact_every_ms")
+    __slots__ = ("key", "discovery_key", "state", "byte_length", "content_type", "writable", "min_timestamp", "max_timestamp", "header", "timestamps", "ttl", "compact_every_ms", "consistency", "fork_proof")
     KEY_FIELD_NUMBER: _ClassVar[int]
     DISCOVERY_KEY_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +82,8 @@ class FeedInfo(_message.Message):
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     COMPACT_EVERY_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    FORK_PROOF_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     discovery_key: bytes
     state: SignedState
@@ -68,7 +96,9 @@ class FeedInfo(_message.Message):
     timestamps: str
     ttl: str
     compact_every_ms: int
-    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ..., header: _Optional[bytes] = ..., timestamps: _Optional[str] = ..., ttl: _Optional[str] = ..., compact_every_ms: _Optional[int] = ...) -> None: ...
+    consistency: ConsistencyProof
+    fork_proof: ForkProof
+    def __init__(self, key: _Optional[bytes] = ..., discovery_key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., byte_length: _Optional[int] = ..., content_type: _Optional[str] = ..., writable: _Optional[bool] = ..., min_timestamp: _Optional[int] = ..., max_timestamp: _Optional[int] = ..., header: _Optional[bytes] = ..., timestamps: _Optional[str] = ..., ttl: _Optional[str] = ..., compact_every_ms: _Optional[int] = ..., consistency: _Optional[_Union[ConsistencyProof, _Mapping]] = ..., fork_proof: _Optional[_Union[ForkProof, _Mapping]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("key", "expected_length", "blocks", "signature", "fork", "timestamps", "ttl")
@@ -224,3 +254,37 @@ class ProofResponse(_message.Message):
     roots: _containers.RepeatedCompositeFieldContainer[Node]
     state: SignedState
     def __init__(self, seq: _Optional[int] = ..., block: _Optional[bytes] = ..., path: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., roots: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ...) -> None: ...
+
+class GossipState(_message.Message):
+    __slots__ = ("key", "state", "fork_proof")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FORK_PROOF_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    state: SignedState
+    fork_proof: ForkProof
+    def __init__(self, key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., fork_proof: _Optional[_Union[ForkProof, _Mapping]] = ...) -> None: ...
+
+class GossipRequest(_message.Message):
+    __slots__ = ("feeds",)
+    FEEDS_FIELD_NUMBER: _ClassVar[int]
+    feeds: _containers.RepeatedCompositeFieldContainer[GossipState]
+    def __init__(self, feeds: _Optional[_Iterable[_Union[GossipState, _Mapping]]] = ...) -> None: ...
+
+class GossipReply(_message.Message):
+    __slots__ = ("key", "state", "consistency", "fork_proof")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    FORK_PROOF_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    state: SignedState
+    consistency: ConsistencyProof
+    fork_proof: ForkProof
+    def __init__(self, key: _Optional[bytes] = ..., state: _Optional[_Union[SignedState, _Mapping]] = ..., consistency: _Optional[_Union[ConsistencyProof, _Mapping]] = ..., fork_proof: _Optional[_Union[ForkProof, _Mapping]] = ...) -> None: ...
+
+class GossipResponse(_message.Message):
+    __slots__ = ("feeds",)
+    FEEDS_FIELD_NUMBER: _ClassVar[int]
+    feeds: _containers.RepeatedCompositeFieldContainer[GossipReply]
+    def __init__(self, feeds: _Optional[_Iterable[_Union[GossipReply, _Mapping]]] = ...) -> None: ...

@@ -79,6 +79,11 @@ class FeedsStub:
                 request_serializer=feedlog_dot_pb_dot_feeds__pb2.ProofRequest.SerializeToString,
                 response_deserializer=feedlog_dot_pb_dot_feeds__pb2.ProofResponse.FromString,
                 _registered_method=True)
+        self.Gossip = channel.unary_unary(
+                '/feedlog.feeds.Feeds/Gossip',
+                request_serializer=feedlog_dot_pb_dot_feeds__pb2.GossipRequest.SerializeToString,
+                response_deserializer=feedlog_dot_pb_dot_feeds__pb2.GossipResponse.FromString,
+                _registered_method=True)
 
 
 class FeedsServicer:
@@ -138,6 +143,12 @@ class FeedsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Gossip(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FeedsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +196,11 @@ def add_FeedsServicer_to_server(servicer, server):
                     servicer.Proof,
                     request_deserializer=feedlog_dot_pb_dot_feeds__pb2.ProofRequest.FromString,
                     response_serializer=feedlog_dot_pb_dot_feeds__pb2.ProofResponse.SerializeToString,
+            ),
+            'Gossip': grpc.unary_unary_rpc_method_handler(
+                    servicer.Gossip,
+                    request_deserializer=feedlog_dot_pb_dot_feeds__pb2.GossipRequest.FromString,
+                    response_serializer=feedlog_dot_pb_dot_feeds__pb2.GossipResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +446,33 @@ class Feeds:
             '/feedlog.feeds.Feeds/Proof',
             feedlog_dot_pb_dot_feeds__pb2.ProofRequest.SerializeToString,
             feedlog_dot_pb_dot_feeds__pb2.ProofResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Gossip(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/feedlog.feeds.Feeds/Gossip',
+            feedlog_dot_pb_dot_feeds__pb2.GossipRequest.SerializeToString,
+            feedlog_dot_pb_dot_feeds__pb2.GossipResponse.FromString,
             options,
             channel_credentials,
             insecure,

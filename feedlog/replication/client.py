@@ -124,10 +124,20 @@ class FeedClient:
 
     # ---- unary ------------------------------------------------------------------------
 
-    def info(self, key: bytes, *, by_discovery_key: bool = False) -> pb.FeedInfo:
+    def info(self, key: bytes, *, by_discovery_key: bool = False, consistency_from: int | None = None) -> pb.FeedInfo:
+        """`consistency_from`: the length of a signed state the caller holds; the answer then carries the
+        consistency proof from it to the peer's state, if the peer's is not shorter (issue 40)."""
         fid = pb.FeedId(discovery_key=key) if by_discovery_key else pb.FeedId(key=key)
-        info: pb.FeedInfo = self._call(self.stub.GetInfo, pb.GetInfoRequest(feed=fid))
+        req = pb.GetInfoRequest(feed=fid)
+        if consistency_from is not None:
+            req.consistency_from = consistency_from
+        info: pb.FeedInfo = self._call(self.stub.GetInfo, req)
         return info
+
+    def gossip(self, request: pb.GossipRequest) -> pb.GossipResponse:
+        """Exchange signed states with a peer (issue 40; server/gossip.py answers)."""
+        resp: pb.GossipResponse = self._call(self.stub.Gossip, request)
+        return resp
 
     def create(self, content_type: str = "entry", timestamps: str = "", ttl: str = "") -> pb.FeedInfo:
         req = pb.CreateRequest(content_type=content_type, timestamps=timestamps, ttl=ttl)

@@ -13,13 +13,13 @@ import itertools
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import Clock
 from ..errors import Conflict, Corruption, FeedlogError, Fork, InvalidArgument, NotFound, SignatureError, Unavailable
-from ..log import merkle
+from ..log import forks, merkle
 from ..log.feed import Feed
 from ..log.merkle import Node, TreeState
 from ..log.storage import atomic_write
@@ -29,6 +29,7 @@ from ..rpc import Address, Tls
 from . import wire
 from .client import FeedClient
 from .verify import DEFAULT_BUDGET, SegmentVerifier, Unsigned, max_unsigned_bytes
+from .witness import check_witnesses, fork_found, judge, peer_fork
 
 REMOTE_FILE = "remote.json"
 PUSH_BATCH_BYTES = 1 << 20
@@ -52,6 +53,8 @@ class Copied:
     #: holes (blocks that came cleared) filled from the peer, and how many the copy still has
     filled: int = 0
     holes: int = 0
+    #: the witnesses (`--witness`) whose signed states agreed with the copy's source (issue 40)
+    witnesses: tuple[str, ...] = ()
 
 
 def store_responses(
@@ -255,6 +258,38 @@ def check_remote(feed: Feed, state: TreeState, source: str) -> None:
         )
 
 
+def check_continuation(feed: Feed, client: FeedClient, source: str, keep: Path | None = None) -> TreeState:
+    """The peer's signed state, once it is shown to continue ours (issue 40): asked with the consistency
+    proof from our length, judged from our tree when the peer is behind. A fork raises `Fork` with its
+    proof kept in `keep` (a feed directory) first; a peer that lies raises Corruption, nothing kept."""
+    info = client.info(feed.key, consistency_from=feed.length)
+    state, found = judge(feed.key, feed.core.state, info, source, node=feed.core.node, need_proof=False)
+    if found is not None:
+        raise fork_found(found, source, keep)
+    check_remote(feed, state, source)  # the fork number, and what it says in its own words
+    return state
+
+
+def _witnessed(
+    client: FeedClient,
+    key: bytes,
+    state: TreeState,
+    witnesses: Sequence[Address],
+    tls: Tls | None,
+    keep: Path,
+    source: str,
+) -> tuple[str, ...]:
+    """The witnesses that agree with the source's signed `state` (Fork for one that proves a fork)."""
+    if not witnesses:
+        return ()
+
+    def longer(length: int) -> pb.FeedInfo:  # the source's proof from a witness's shorter length
+        return client.info(key, consistency_from=length)
+
+    agreed = check_witnesses(key, state, witnesses, tls=tls, longer=longer, keep=keep, source=source)
+    return tuple(a.witness for a in agreed)
+
+
 def _remote(path: Path) -> Address:
     try:
         raw = json.loads((path / REMOTE_FILE).read_text())
@@ -308,6 +343,7 @@ def clone(
     tls: Tls | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     clock: Clock | None = None,
+    witnesses: Sequence[Address] = (),
 ) -> Copied:
     """A verified copy of the feed at `address` in a new directory, remembering where it came from.
 
@@ -317,15 +353,24 @@ def clone(
     the peer does not know them). `on_progress(received, total)`: blocks so far. Blocks
     the peer sends cleared are kept as holes (`pull --peer` fills them from another
     peer); `clock`: when entries expire here (an expired payload is not stored).
+
+    Issue 40: a peer that holds proof the feed forked, or a `witnesses` peer whose signed state
+    cannot hold beside the source's, fails the clone with `Fork` before anything is copied; the
+    proof is kept beside the would-be copy, in `PATH.fork-proof.json`.
     """
     key = address.key
     p = Path(path)
+    kept = p.with_name(p.name + ".fork-proof.json")
     with FeedClient(address.target, tls=tls) as client:
         # fail before creating anything if the peer does not have it, or holds none of it
         info = client.info(key)
+        found = peer_fork(key, info, address.target)
+        if found is not None:
+            raise fork_found(found, address.target, kept)
         state = wire.state_of(info.state)
         if state.length == 0:
             raise NotFound(f"{address.target}: holds no blocks of feed {key.hex()}")
+        agreed = _witnessed(client, key, state, witnesses, tls, kept, address.target)
         # asked for before the copy is created (fsyncs): the peer builds its first message meanwhile;
         # should the create fail, closing the client ends the call
         responses = client.read(key, 0, state.length, with_roots=True, ahead=READ_AHEAD)
@@ -335,7 +380,7 @@ def clone(
             check_remote(feed, state, address.target)
             atomic_write(p / REMOTE_FILE, json.dumps({"url": str(address)}).encode())
             n = _fetch(feed, client, state, address.target, _of_total(on_progress, state.length), responses)
-            return Copied(n, feed.length)
+            return Copied(n, feed.length, witnesses=agreed)
         except BaseException:
             empty = feed.length == 0
             feed.close()
@@ -376,6 +421,7 @@ def pull(
     on_progress: Callable[[int, int], None] | None = None,
     peer: Address | None = None,
     clock: Clock | None = None,
+    witnesses: Sequence[Address] = (),
 ) -> Copied:
     """Fetch, verify and store what the feed's origin has beyond our length; a fork is an error, not a no-op.
 
@@ -384,8 +430,15 @@ def pull(
     origin (the same feed, any peer that hosts it: the signature decides what
     is kept). `on_progress(received, total)`: blocks received so far, of those to fetch. `clock`:
     when entries expire here (an expired payload is neither stored nor filled, issue 37).
+
+    Issue 40: the peer's longer state must come with the consistency proof from ours (a continuation
+    is checked, not trusted), and each of `witnesses` must agree with it; a fork is kept as a proof
+    beside the copy (`forks.FORK_FILE`), and a copy holding one is never pulled again.
     """
     p = Path(path)
+    held = forks.load(p)
+    if held is not None:
+        raise forks.fork_error(held, str(p), str(p / forks.FORK_FILE))
     origin = _remote(p)
     target = origin.target if peer is None else peer.target
     if peer is not None and peer.feed is not None and peer.key != origin.key:
@@ -393,13 +446,13 @@ def pull(
     with Feed.open(p, clock=clock) as feed, FeedClient(target, tls=tls) as client:
         if feed.key != origin.key:
             raise Corruption(f"{p / REMOTE_FILE} names feed {origin.feed}, but this is {feed.key.hex()}")
-        state = wire.state_of(client.info(feed.key).state)
-        check_remote(feed, state, target)
+        state = check_continuation(feed, client, target, keep=p)
+        agreed = _witnessed(client, feed.key, state, witnesses, tls, p, target)
         n = 0
         if state.length > feed.length:
             n = _fetch(feed, client, state, target, _of_total(on_progress, state.length, feed.length))
         filled = fill_holes(feed, client, target, state.length)
-        return Copied(n, feed.length, filled, feed.core.hole_count(1, feed.length))
+        return Copied(n, feed.length, filled, feed.core.hole_count(1, feed.length), agreed)
 
 
 def push(

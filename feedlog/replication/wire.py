@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .. import errors
+from ..log.consistency import ConsistencyProof
 from ..log.core import Segment
 from ..log.crypto import HASH_SIZE, SIGNATURE_SIZE
 from ..log.feed import Write
+from ..log.forks import ForkProof
 from ..log.merkle import Node, Proof, TreeState
 from ..log.retention import forgetting
 from ..pb import feeds_pb2 as pb
@@ -58,6 +60,39 @@ def state_of(m: pb.SignedState) -> TreeState:
     if len(m.tree_hash) != HASH_SIZE or len(m.signature) != SIGNATURE_SIZE:
         raise errors.Corruption(f"malformed signed state for length {m.length}")
     return TreeState(m.length, m.fork, bytes(m.tree_hash), bytes(m.signature))
+
+
+def consistency_pb(p: ConsistencyProof) -> pb.ConsistencyProof:
+    return pb.ConsistencyProof(
+        old_length=p.old_length,
+        new_length=p.new_length,
+        old_roots=[node_pb(n) for n in p.old_roots],
+        nodes=[node_pb(n) for n in p.nodes],
+    )
+
+
+def consistency_of(m: pb.ConsistencyProof, source: str | None = None) -> ConsistencyProof:
+    """A received consistency proof, its nodes checked for form (the proof itself: `consistency.verify`)."""
+    return ConsistencyProof(
+        m.old_length, m.new_length, tuple(nodes_of(m.old_roots, source)), tuple(nodes_of(m.nodes, source))
+    )
+
+
+def fork_proof_pb(p: ForkProof) -> pb.ForkProof:
+    m = pb.ForkProof(key=p.key, a=state_pb(p.a), b=state_pb(p.b))
+    if p.consistency is not None:
+        m.consistency.CopyFrom(consistency_pb(p.consistency))
+    return m
+
+
+def fork_proof_of(m: pb.ForkProof, source: str | None = None) -> ForkProof:
+    """A received fork proof, parsed (not verified: `forks.verify`)."""
+    try:
+        a, b = state_of(m.a), state_of(m.b)
+    except errors.Corruption as e:
+        raise errors.Corruption(f"{source}: {e}" if source else str(e)) from None
+    proof = consistency_of(m.consistency, source) if m.HasField("consistency") else None
+    return ForkProof(check_key(m.key), a, b, proof)
 
 
 def segment_pb(s: Segment) -> pb.Segment:
@@ -114,7 +149,21 @@ def info_json(m: pb.FeedInfo) -> dict[str, str | int | bool | None]:
         "min_timestamp": m.min_timestamp if m.HasField("min_timestamp") else None,
         "max_timestamp": m.max_timestamp if m.HasField("max_timestamp") else None,
         "forgetting": forgetting(m.compact_every_ms if m.HasField("compact_every_ms") else None, peer=True),
+        # issue 40: shown only for a peer that holds a fork proof (what `feedlog info` of a feed says too)
+        **({"fork_proof": _fork_text(m.fork_proof)} if m.HasField("fork_proof") else {}),
     }
+
+
+def _fork_text(m: pb.ForkProof) -> str:
+    """What a peer's fork proof says, once it verifies (a peer's claim alone is shown as such)."""
+    from ..log import forks  # the proof's check, done where it is shown
+
+    try:
+        proof = fork_proof_of(m)
+        forks.verify(proof, bytes(m.key))
+    except errors.FeedlogError as e:
+        return f"the peer claims a fork, with a proof that does not verify: {e}"
+    return f"{proof.describe()} (fork point {proof.fork_point})"
 
 
 def puts_pb(writes: Sequence[Write]) -> list[pb.Put]:
