@@ -21,10 +21,11 @@ stated growth allows (growth.py), and then the bench exits 1.
 
 Fixtures (feeds up to 10M entries, ~1.5 GB; logs of 100k commits; checkpoints of 1M files) are
 built once with feedlog's own writer and checkpoint code and kept in /tmp/feedlog-growth
-(`--cache DIR`); the first full run builds them (~10 min on 2 busy cores), later runs reuse them.
+(`--cache DIR`, ~2.6 GB); the first full run builds them (~12 min on 2 busy cores), later runs
+reuse them (a full run ~6 min, --quick ~30 s).
 The live-file tables name data files that are not there: a snapshot load reads the log only.
 
-    nice -n 10 python tools/bench/bench_growth.py --quick            # sizes /10 (/10..100 for feeds)
+    nice -n 10 python tools/bench/bench_growth.py --quick            # every size /10; 3 sizes a row
     nice -n 10 python tools/bench/bench_growth.py                    # the sizes
     nice -n 10 python tools/bench/bench_growth.py --only feed,owner  # some parts
     nice -n 10 python tools/bench/bench_growth.py --markdown out.md  # the table as Markdown too
