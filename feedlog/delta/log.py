@@ -20,6 +20,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import BeforeRetainedHistory, Corruption, FeedlogError, NotFound, Unavailable
 from . import checkpoint, fast_commit
@@ -111,22 +112,60 @@ def list_log_tail(storage: Storage) -> Listing:
     is there with every commit after it (what delta-rs and Spark list), else the whole log. Older
     versions are not in it (`earliest` is that checkpoint's): for the latest state and protocol only.
 
-    Listing 10,000 log files costs more than reading a checkpoint of 10,000 files (measured)."""
-    hint = _last_checkpoint_version(storage)
+    Listing 10,000 log files costs more than reading a checkpoint of 10,000 files (measured). On a
+    local disk the files after the hint are looked up one by one instead (`_probe_tail`): a
+    directory has no list-from, so a listing reads every name in it, which grows with the log's
+    age (100,000 commits: ~90 ms, most of a snapshot load; tools/bench/bench_growth.py)."""
+    doc = _last_checkpoint(storage)
+    hint = _last_checkpoint_version(storage, doc)
     if hint is not None:
+        if isinstance(storage, LocalStorage):
+            probed = _probe_tail(storage, hint, doc)
+            if probed is not None:
+                return probed
         tail = _listing(storage, storage.list(LOG_DIR, start_after=f"{hint:020d}", stat=False))
         if hint in tail.checkpoints and tail.first_missing_commit(hint, tail.latest) is None:
             return tail
     return list_log(storage)
 
 
-def _last_checkpoint_version(storage: Storage) -> int | None:
-    """The version `_last_checkpoint` names; None if it is missing or unreadable (a hint only)."""
+def _probe_tail(storage: LocalStorage, hint: int, doc: Mapping[str, Any]) -> Listing | None:
+    """`list_log_tail`'s answer found by lookups, without a listing: the classic or V2 checkpoint
+    `_last_checkpoint` names, and the commits from its version on (`_probe_commits_after`'s rule: while
+    the checkpoint's commit is there, the commits after it are those found one by one). None where
+    only a listing can tell: a multi-part checkpoint, a checkpoint or commit missing, many commits
+    after it. A newer checkpoint `_last_checkpoint` does not name yet is not seen: the state is
+    the same, from the older one plus the commits after it."""
+    if "parts" in doc:
+        return None  # multi-part (feedlog writes none): every part must be there; let a listing count them
+    v2 = doc.get("v2Checkpoint")
+    name = v2.get("path") if isinstance(v2, dict) else f"{hint:020d}.checkpoint.parquet"
+    if not isinstance(name, str) or "/" in name:
+        return None
+    m = _UUID.fullmatch(name) if v2 is not None else _CLASSIC.fullmatch(name)
+    if m is None or int(m.group(1)) != hint or not os.path.isfile(os.path.join(storage.root, LOG_DIR, name)):
+        return None
+    after = _probe_commits_after(storage, hint)  # None if the checkpoint's own commit is gone
+    if after is None:
+        return None
+    cp = Checkpoint(hint, "v2" if v2 is not None else "classic", (FileInfo(f"{LOG_DIR}/{name}", None, None),))
+    commits = {hint: FileInfo(commit_path(hint), None, None), **after}
+    return Listing(commits, {hint: cp}, {hint: [cp]})
+
+
+def _last_checkpoint(storage: Storage) -> dict[str, Any]:
+    """`_last_checkpoint` as a JSON object; empty if it is missing or unreadable (a hint only)."""
     try:
         doc = json.loads(storage.read(checkpoint.LAST_CHECKPOINT))
     except (NotFound, ValueError, RecursionError):
-        return None
-    v = doc.get("version") if isinstance(doc, dict) else None
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _last_checkpoint_version(storage: Storage, doc: Mapping[str, Any] | None = None) -> int | None:
+    """The version `_last_checkpoint` names (`doc`, if the caller read it); None if it is missing or
+    unreadable (a hint only)."""
+    v = (_last_checkpoint(storage) if doc is None else doc).get("version")
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
