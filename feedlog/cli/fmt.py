@@ -20,13 +20,13 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, TextIO, TypeAlias
 
 from ..errors import printable
 from ..log import entries
 from ..log.entries import Record
 from ..log.feed import Appended
+from ..log.timestamps import format_iso_ms
 
 #: a value `json.dumps` takes as it is
 Json: TypeAlias = "Mapping[str, Json] | Sequence[Json] | str | int | float | bool | None"
@@ -71,12 +71,7 @@ def fmt_size(n: int) -> str:
 
 def fmt_ts(ms: int | None) -> str:
     """ISO-8601 UTC for humans; untrusted values (1970, far future) print as they are."""
-    if ms is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    except (OverflowError, ValueError, OSError):
-        return f"{ms}ms"
+    return format_iso_ms(ms)
 
 
 def fmt_value(value: bytes | None) -> str:

@@ -20,7 +20,6 @@ import logging
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -32,7 +31,7 @@ from starlette.routing import Route
 
 from ..clock import Clock, SystemClock
 from ..errors import FeedlogError, InvalidArgument, NotFound, printable
-from ..log.timestamps import format_duration
+from ..log.timestamps import format_duration, format_iso_ms
 from . import reads
 from .catalog import Catalog
 
@@ -89,12 +88,7 @@ def hex_text(value: str | None, limit: int = SHOWN) -> str:
 
 def iso(ms: int | None) -> str:
     """ms since the epoch as ISO-8601 UTC (untrusted values, 1970 or far future, as they are)."""
-    if ms is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    except (OverflowError, ValueError, OSError):
-        return f"{ms}ms"
+    return format_iso_ms(ms)
 
 
 def duration(ms: int | None) -> str:

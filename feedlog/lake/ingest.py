@@ -402,9 +402,7 @@ def ingest_stream(
         if metrics is not None:
             stats = stats or StreamStats()
             follow_local(metrics, stats)
-        try:
-            if maintenance is not None:
-                maintenance.start()
+        with _beside(maintenance):
             st = stream_here(
                 sources,
                 ref,
@@ -416,14 +414,9 @@ def ingest_stream(
                 stop=stop,
                 check=check,
             )
-        finally:
-            if maintenance is not None:
-                maintenance.stop()
         check()
         return IngestResult(st.version, st.entries, time.monotonic() - t0, commits=st.commits)
-    try:
-        if maintenance is not None:
-            maintenance.start()
+    with _beside(maintenance):
         rows = _spark_stream(
             spark,
             sources,
@@ -442,11 +435,21 @@ def ingest_stream(
             check=check,
             metrics=metrics,
         )
-    finally:
-        if maintenance is not None:
-            maintenance.stop()
     check()
     return IngestResult(None, rows, time.monotonic() - t0)
+
+
+@contextlib.contextmanager
+def _beside(maintenance: StreamMaintenance | None) -> Iterator[None]:
+    """The stream's maintenance thread runs while the block does (none: nothing)."""
+    if maintenance is None:
+        yield
+        return
+    maintenance.start()
+    try:
+        yield
+    finally:
+        maintenance.stop()
 
 
 def maintained(r: MaintainReport) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from ..errors import InvalidArgument
@@ -43,6 +44,17 @@ def parse_duration(text: str) -> int:
     if ms <= 0:
         raise InvalidArgument(f"bad duration {text!r}: must be greater than zero")
     return ms
+
+
+def format_iso_ms(ms: int | None) -> str:
+    """ms since the epoch as ISO-8601 UTC for people ("-" for none); an untrusted writer's value that no
+    calendar holds (1970 or the far future, as written) prints as it is."""
+    if ms is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return f"{ms}ms"
 
 
 def format_duration(ms: int) -> str:
