@@ -249,6 +249,36 @@ def plan(
     return bins
 
 
+def tiered(bins: Sequence[Bin]) -> list[Bin]:
+    """Auto-compaction's bins cut to their newest files that are no bigger than what they join (pure).
+
+    Bin-packing every small file, as OPTIMIZE does, rewrites a stream's compacted file each time 50
+    new ones arrive, until it passes half the target (64 MiB): the bytes rewritten grow with the
+    square of the table's age (a soak at 200 puts/s kept 16x its live bytes on disk). Here a run is
+    taken from its end (a stream's newest, smallest files, in `order_key` order) backwards, and an
+    older file joins only if it is no bigger than the files gathered so far, or about the size of a
+    run's typical file: merged files double as in a binary counter, so each row is rewritten about
+    log2(commits / 50) times, and a partition keeps its small new files plus O(log n) merged ones.
+    The merged files stay contiguous, so per-file `seq` ranges stay tight. A deletion vector's file
+    is taken wherever it is (auto-compaction purges them)."""
+    out: list[Bin] = []
+    for b in bins:
+        sizes = sorted(a.size for a in b.files)
+        typical = 2 * sizes[len(sizes) // 2]
+        gathered = 0
+        start = len(b.files)
+        for i in range(len(b.files) - 1, -1, -1):
+            a = b.files[i]
+            if gathered and a.size > max(gathered, typical) and not has_deletion_vector(a):
+                break
+            gathered += a.size
+            start = i
+        files = b.files[start:]
+        if len(files) > 1 or (files and has_deletion_vector(files[0])):
+            out.append(Bin(b.partition, files))
+    return out
+
+
 def _percentile(sizes: Sequence[int], p: int) -> int:
     """The nearest-rank percentile of sorted `sizes` (0 for none)."""
     if not sizes:
@@ -380,7 +410,7 @@ def optimize(
     live = snap.files()
     if auto is not None:
         size = auto.max_file_size
-        bins = plan(live, size, small_below=auto.min_file_size, min_num_files=auto.min_num_files)
+        bins = tiered(plan(live, size, small_below=auto.min_file_size, min_num_files=auto.min_num_files))
     else:
         size = target_size(snap.metadata.configuration, target)
         bins = plan(live, size)

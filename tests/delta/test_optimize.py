@@ -33,6 +33,7 @@ from feedlog.delta.optimize import (
     parse_size,
     plan,
     target_size,
+    tiered,
 )
 from feedlog.errors import InvalidArgument
 
@@ -131,6 +132,44 @@ def test_the_auto_threshold_counts_small_files_per_partition() -> None:
     assert needs_compaction(more, rule)
     # the partition that qualifies only; its small files only (the big one ends a run)
     assert paths(plan(more, 100, small_below=50, min_num_files=3)) == [["s0", "s1", "s2"]]
+
+
+def test_auto_compaction_merges_the_newest_files_into_no_bigger_ones() -> None:
+    """A stream's run, oldest first: a merged file joins the new small files only if it is no bigger than
+    they are together (a binary counter), so old rows are not rewritten every 50 commits."""
+    new = [add(f"n{i}", 10, feed="f", seq=100 + i) for i in range(50)]  # 500 bytes of new files
+    equal = add("m500", 500, feed="f", seq=0)
+    bigger = add("m1000", 1000, feed="f", seq=0)
+    for old, joins in ((equal, True), (bigger, False)):
+        bins = tiered(plan([old, *new], 10_000, small_below=5_000, min_num_files=50))
+        assert paths(bins) == [([old.path] if joins else []) + [a.path for a in new]]
+    # sizes of new files vary with load: none is left out for being a little bigger than another
+    uneven = [add(f"u{i}", 10 + (i % 3) * 7, feed="f", seq=i) for i in range(50)]
+    assert paths(tiered(plan(uneven, 10_000, small_below=5_000, min_num_files=50))) == [[a.path for a in uneven]]
+
+
+def test_a_long_stream_rewrites_each_row_about_log_n_times_and_keeps_few_files() -> None:
+    """10,000 commits of one 1 KiB file each under the default rule: the live files stay near the
+    threshold and the bytes rewritten grow as n log n, not n squared (every 50 commits rewriting the
+    whole merged file, as bin-packing every small file would, writes ~100x more here)."""
+    rule = AutoCompact(max_file_size=128 * MiB, min_file_size=64 * MiB, min_num_files=50)
+    live: list[Add] = []
+    rewritten = most = 0
+    for i in range(10_000):
+        live.append(add(f"c{i}", 1024, feed="f", seq=i * 10))
+        if needs_compaction(live, rule):
+            for b in tiered(plan(live, rule.max_file_size, small_below=rule.min_file_size, min_num_files=50)):
+                gone = {a.path for a in b.files}
+                first = b.files[0]
+                live = [a for a in live if a.path not in gone]
+                merged = add(f"m{i}", b.size, feed="f", seq=order_key(first)[1])
+                live.append(merged)
+                live.sort(key=order_key)
+                rewritten += b.size
+        most = max(most, len(live))
+    written = 10_000 * 1024
+    assert most <= 60, most  # the threshold's 50 new files plus log2(10,000 / 50) ~ 8 merged ones
+    assert rewritten <= 10 * written, rewritten / written  # ~log2(200) rewrites a row, not ~100
 
 
 def test_sizes_and_settings() -> None:
