@@ -661,8 +661,15 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return ns
 
 
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse(argv)
+    # SIGTERM (and SIGINT, which a shell's background job ignores) stop the run and every process it started
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     soak = Soak(ns)
     try:
         return soak.run()
