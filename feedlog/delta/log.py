@@ -329,6 +329,26 @@ def _commit_bytes(storage: Storage, listing: Listing, version: int) -> bytes | F
         return e
 
 
+def commit_bytes(storage: Storage, listing: Listing, version: int) -> bytes:
+    """Commit `version`'s bytes where the listing found it; a ratified commit's staged file that is
+    gone since is read from the log instead (its owner backfills it, then deletes the staged file:
+    a served owner does so in the background, so any reader can lose that race). NotFound if the
+    commit is gone from both (cleaned up)."""
+    return backfilled_if_gone(storage, version, _commit_bytes(storage, listing, version))
+
+
+def backfilled_if_gone(storage: Storage, version: int, data: bytes | FeedlogError) -> bytes:
+    """`data` as read for commit `version`, or, where the read found nothing, the backfilled commit."""
+    if isinstance(data, NotFound):
+        try:
+            return storage.read(commit_path(version))
+        except NotFound:
+            raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
+    if isinstance(data, FeedlogError):
+        raise data
+    return data
+
+
 def read_commit(storage: Storage, listing: Listing, version: int, ict_only: bool = False) -> list[Action]:
     """Commit `version`'s actions (with `ict_only`, its commitInfo holds the in-commit timestamp only)."""
     return decoded_commit(storage, version, _commit_bytes(storage, listing, version), ict_only)
@@ -350,13 +370,7 @@ def read_commit_info(storage: Storage, listing: Listing, version: int) -> Commit
 def decoded_commit(storage: Storage, version: int, data: bytes | FeedlogError, ict_only: bool = False) -> list[Action]:
     """A commit read as `data` (or the error its read met), decoded; a staged file gone is read again
     from the log: a ratified commit is backfilled, then its staged file cleaned up."""
-    if isinstance(data, NotFound):
-        try:
-            data = storage.read(commit_path(version))
-        except NotFound:
-            raise NotFound(f"commit {version} disappeared while reading (cleaned up?)") from None
-    elif isinstance(data, FeedlogError):
-        raise data
+    data = backfilled_if_gone(storage, version, data)
     fast = fast_commit.decode(data, ict_only)  # the common commit; None: the reference decides
     return fast if fast is not None else decode_commit(data, version, ict_only)
 

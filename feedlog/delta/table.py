@@ -27,6 +27,7 @@ from .log import (
     Ratified,
     TableNotFound,
     catch_up,
+    commit_bytes,
     list_log,
     list_log_tail,
     list_table,
@@ -516,7 +517,7 @@ class DeltaTable:
 
         def reread(after: int) -> list[tuple[int, bytes]]:
             now = self._listing(write=True)
-            return [(v, self.storage.read(now.commits[v].path)) for v in sorted(now.commits) if v > after]
+            return [(v, commit_bytes(self.storage, now, v)) for v in sorted(now.commits) if v > after]
 
         return vacuum(
             self.storage,

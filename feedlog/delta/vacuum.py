@@ -57,7 +57,7 @@ from .. import failpoints
 from ..errors import BeforeHorizon, Corruption, FeedlogError, InvalidArgument, NotFound
 from . import dv
 from .actions import DELETED_FILE_RETENTION, Add, Metadata, Remove
-from .log import Listing
+from .log import Listing, backfilled_if_gone, commit_bytes
 from .maintenance import check_maintainable, parse_interval
 from .replay import IctEnablement, TableState, ict_enablement
 from .storage import FileInfo, Storage, delete_dir, delete_in, read_many, walk
@@ -410,8 +410,8 @@ def referenced(
             with contextlib.suppress(FeedlogError):
                 if file_time(v) < cutoff_ms:
                     break
-        try:
-            data = storage.read(listing.commits[v].path)
+        try:  # (a ratified commit's staged file backfilled meanwhile is read from the log)
+            data = commit_bytes(storage, listing, v)
         except NotFound:
             break  # cleaned up meanwhile: older commits are gone too; the tombstones stand for them
         when = _commit_time(data, v, enablement, file_time)
@@ -713,11 +713,11 @@ class VacuumCutoffs:
         todo = [v for v in want if done is None or v not in done]
         if todo:
             present = [v for v in todo if v in listing.commits]
-            for v, data in zip(present, read_many(storage, [listing.commits[v].path for v in present]), strict=True):
-                if isinstance(data, NotFound):
+            for v, got in zip(present, read_many(storage, [listing.commits[v].path for v in present]), strict=True):
+                try:  # (a ratified commit's staged file backfilled meanwhile is read from the log)
+                    data = backfilled_if_gone(storage, v, got)
+                except NotFound:
                     continue
-                if isinstance(data, FeedlogError):
-                    raise data
                 if (cutoff := start_cutoff(data)) is not None:
                     self.starts[v] = cutoff
             self.read = want

@@ -20,8 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..clock import Clock
-from ..errors import FeedlogError
+from ..errors import FeedlogError, InvalidArgument, PermissionDenied, ReadOnly, Unsupported
 from .maintain import MaintainReport, maintain
+
+#: maintenance errors that stop the stream: no later pass can succeed until the user acts (a bad
+#: retention, a table feature feedlog does not write, a token the owner refuses)
+NEEDS_THE_USER = (InvalidArgument, Unsupported, PermissionDenied, ReadOnly)
 
 
 class StreamMaintenance:
@@ -78,9 +82,11 @@ class StreamMaintenance:
             try:
                 report = maintain(self.path, **self.kwargs)
             except FeedlogError as e:
-                if not e.retryable:
+                if isinstance(e, NEEDS_THE_USER):
                     self.failed = e
                     return
+                # anything else (a race lost, a file gone under it, an owner away) is the next
+                # pass's to retry: a stream left running for months must not end for one pass
                 self.on_error(e)
             except BaseException as e:  # not foreseen: the stream stops with it rather than go on unmaintained
                 self.failed = e

@@ -583,3 +583,38 @@ def test_a_live_file_the_log_names_another_way_is_still_the_tables(tmp_path: Pat
     os.symlink(real, tmp_path / "link")
     assert relative(f"{real}/t/x.parquet", str(tmp_path / "link" / "t")) == "x.parquet"
     assert relative(f"file://{real}/t/a%20b.parquet", str(tmp_path / "link" / "t")) == "a b.parquet"
+
+
+def test_a_staged_commit_backfilled_meanwhile_is_read_from_the_log(tmp_path: Path) -> None:
+    """A served owner backfills a ratified commit and then deletes its staged file in the background:
+    a listing taken before that names a file that is gone. Vacuum's window and its re-read read the
+    backfilled commit instead of stopping (which kept too little: files a version inside the
+    retention reads were left unprotected) or failing (a stream's maintenance ended with NotFound)."""
+    from feedlog.delta.log import commit_bytes, list_log
+    from feedlog.delta.replay import ict_enablement
+    from feedlog.delta.vacuum import referenced
+    from feedlog.errors import NotFound
+
+    clock = ManualClock(T0)
+    t = DeltaTable.create(tmp_path / "t", SCHEMA, clock=clock)
+    for i in range(3):
+        t.append(rows(i * 10, 10))
+        clock.advance(1000)
+    storage = LocalStorage(tmp_path / "t")
+    listing = list_log(storage)
+    # versions 1 and 2 named by the staged files they had before their backfill
+    for v in (1, 2):
+        listing.commits[v] = FileInfo(
+            f"_delta_log/_commits/{v:020d}.0f0e6f1c-0000-4000-8000-000000000000.json", None, None
+        )
+    assert commit_bytes(storage, listing, 2) == storage.read(f"_delta_log/{2:020d}.json")
+    state = t.snapshot().state
+    assert state.protocol is not None and state.metadata is not None
+    ict = ict_enablement(state.protocol, state.metadata)
+    got = referenced(storage, state, listing, ict, lambda v: T0, T0)
+    assert got.oldest == 0  # every commit of the window read, through the backfilled ones
+    assert referenced(storage, state, list_log(storage), ict, lambda v: T0, T0).oldest == 0
+    assert all(f in got.paths for f in data_files(tmp_path / "t"))
+    os.remove(tmp_path / "t" / "_delta_log" / f"{2:020d}.json")  # gone from both: cleaned up
+    with pytest.raises(NotFound, match="commit 2 disappeared"):
+        commit_bytes(storage, listing, 2)
