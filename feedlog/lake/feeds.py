@@ -130,6 +130,8 @@ class FeedSource:
             with self._client() as c:
                 p = c.proof(self.key, seq)
         merkle.verify_proof(p, self.key)
+        if p.seq != seq:  # a valid proof of another entry is not an answer to this one
+            raise Corruption(f"{self.spec}: asked for the proof of seq {seq}, sent one of seq {p.seq}")
         return p
 
     def header(self) -> bytes:

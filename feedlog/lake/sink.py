@@ -46,7 +46,7 @@ import os
 import urllib.parse
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,9 +71,10 @@ from ..delta.managed import TOKEN_ENV, Binding, new_token, staged_data_paths, tr
 from ..delta.objectstore import OBJECT_SCHEMES, open_storage, scheme_of
 from ..delta.optimize import AUTO_COMPACT
 from ..delta.schema import conform
-from ..delta.transaction import CommitResult
+from ..delta.snapshot import Snapshot
+from ..delta.transaction import CommitResult, ConcurrentModification
 from ..delta.writer import WriteOptions, write_files
-from ..errors import AlreadyExists, Conflict, FeedlogError, InvalidArgument
+from ..errors import AlreadyExists, Conflict, FeedlogError, InvalidArgument, Unsupported
 from .forget import Forget, after_commit, forget_rows
 from .spark_errors import marked
 
@@ -461,50 +462,78 @@ class SinkConfig:
         if not adds and not self.overwrite:
             return None
         table = self.open(self.clock)
+        stale = self.handle is not None  # a job's handle starts from what it last read or committed
         try:
-            # A job's own handle starts from the state it last read or committed (no listing and owner
-            # round trip per commit): anything newer is rebased over, and the claims re-checked there.
-            op = "STREAMING UPDATE" if batch_id is not None else "WRITE"
-            tx = table.transaction(op, refresh=self.handle is None)
-            if self.app_id is not None and app_version is not None:
-                done = tx.base.txns.get(self.app_id)
-                if done is not None and done.version >= app_version:
-                    self._discard(adds)  # Delta's idempotent writer: the marker alone says it is done
-                    return CommitResult(None, skipped=True)
-                tx.set_txn(self.app_id, app_version, since=app_version - 1)
-            # Each feed's rows are a claim on its seqs (see transaction.py): the commit is skipped if
-            # the table already holds them all, refused if it holds part, checked again on every rebase.
-            for k, r in ranges.items():
-                tx.set_txn(app_id(k), r.last + 1, since=r.first)
-            tx.add_files(adds)
-            if self.overwrite:
-                tx.reads_whole_table = True
-                tx.remove_files(tx.base.files.values())
-                tx.operation_parameters = {"mode": "Overwrite"}
-            elif batch_id is not None:
-                tx.operation_parameters = {"outputMode": "Append", "epochId": str(batch_id)}
-            else:
-                tx.operation_parameters = {"mode": "Append"}
-            if ranges:
-                tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
-                if self.job_id:
-                    tx.info_extra["feedlog"]["job"] = self.job_id
-                if self.witnesses:  # issue 40: {feed key: [{witness, length, tree_hash}]} that agreed
-                    tx.info_extra["feedlog"]["witnesses"] = json.loads(self.witnesses)
-            failpoints.point("sink.before_commit")
-            result = table.commit(tx)
+            try:
+                result = self._commit_on(table, adds, ranges, app_version, batch_id, refresh=not stale)
+            except (ConcurrentModification, Unsupported) as e:
+                if not stale:
+                    raise
+                # What the handle held was decided on a state the table has left (a property, the
+                # protocol, ICT or the owner changed since this job's last commit: hours, for a
+                # quiet stream): nothing was committed, so the commit is made again on the latest
+                # state, as DeltaTable.append does, if its files still fit the table's schema.
+                result = self._commit_on(table, adds, ranges, app_version, batch_id, refresh=True, after=e)
         except Conflict:
             self._discard(adds)  # definitely not committed: the files are nobody's
             raise
         if result.skipped:
             self._discard(adds)
-            _forget(table, ranges, self.clock)  # a rerun after a crash between the two commits finishes it
+            _after_landing(_forget, table, ranges, self.clock)  # a rerun after a crash between the two finishes it
             return result
         failpoints.point("sink.committed")
-        _maintain(table, result)
-        _forget(table, ranges, self.clock)
+        # The commit has landed: what follows is best effort (a warning, the next commit or
+        # `maintain` retries). Raising here would report a landed commit as failed, and a caller
+        # that retries would then delete files the commit references.
+        _after_landing(_maintain, table, result)
+        _after_landing(_forget, table, ranges, self.clock)
         _compact(table)
         return result
+
+    def _commit_on(
+        self,
+        table: DeltaTable,
+        adds: list[Add],
+        ranges: Mapping[str, FeedRange],
+        app_version: int | None,
+        batch_id: int | None,
+        *,
+        refresh: bool,
+        after: FeedlogError | None = None,
+    ) -> CommitResult:
+        """One commit of `adds` claiming `ranges`, on the handle's state (`refresh` False: anything
+        newer is rebased over and the claims re-checked there) or the latest. `after`: the error of an
+        attempt on a stale state, raised again if the latest state's schema no longer takes the files."""
+        op = "STREAMING UPDATE" if batch_id is not None else "WRITE"
+        tx = table.transaction(op, refresh=refresh)
+        if after is not None and not Snapshot(table.storage, tx.base).schema.equals(self.schema):
+            raise after  # the files were written for the schema the table had: they no longer fit
+        if self.app_id is not None and app_version is not None:
+            done = tx.base.txns.get(self.app_id)
+            if done is not None and done.version >= app_version:
+                return CommitResult(None, skipped=True)  # Delta's idempotent writer: the marker says it is done
+            tx.set_txn(self.app_id, app_version, since=app_version - 1)
+        # Each feed's rows are a claim on its seqs (see transaction.py): the commit is skipped if
+        # the table already holds them all, refused if it holds part, checked again on every rebase.
+        for k, r in ranges.items():
+            tx.set_txn(app_id(k), r.last + 1, since=r.first)
+        tx.add_files(adds)
+        if self.overwrite:
+            tx.reads_whole_table = True
+            tx.remove_files(tx.base.files.values())
+            tx.operation_parameters = {"mode": "Overwrite"}
+        elif batch_id is not None:
+            tx.operation_parameters = {"outputMode": "Append", "epochId": str(batch_id)}
+        else:
+            tx.operation_parameters = {"mode": "Append"}
+        if ranges:
+            tx.info_extra["feedlog"] = {"feeds": [_provenance(k, r) for k, r in sorted(ranges.items())]}
+            if self.job_id:
+                tx.info_extra["feedlog"]["job"] = self.job_id
+            if self.witnesses:  # issue 40: {feed key: [{witness, length, tree_hash}]} that agreed
+                tx.info_extra["feedlog"]["witnesses"] = json.loads(self.witnesses)
+        failpoints.point("sink.before_commit")
+        return table.commit(tx)
 
     def _discard(self, adds: Sequence[Add]) -> None:
         storage = self.storage()
@@ -519,9 +548,17 @@ class SinkConfig:
         adds = [Add.from_json(d) for m in messages if m is not None for d in m.adds]
         if not adds:
             return
+        ranges = {k: r for m in messages if m is not None for k, r in m.feeds.items()}
         try:
             t = self.open()
-            held = {a.path for a in t.snapshot().files()}
+            snap = t.snapshot()
+            if ranges and all((snap.txn_version(app_id(k)) or 0) > r.last for k, r in ranges.items()):
+                # The table holds these seqs: this batch's commit may be the one that landed them (a
+                # commit whose answer was lost), and its files may be compacted away from the live
+                # set already while a version inside the retention still reads them: keep them all
+                # (any that are nobody's are vacuum's).
+                return
+            held = {a.path for a in snap.files()}
         except TableNotFound:
             held = set()
         staged = staged_data_paths(self.storage())
@@ -578,6 +615,15 @@ def _maintain(table: DeltaTable, result: CommitResult) -> None:
     if every > 0 and result.version % every == 0:
         table.checkpoint(result.version)
         table.cleanup()
+
+
+def _after_landing(step: Callable[..., Any], *args: Any) -> None:
+    """A post-commit step (checkpoint and log cleanup, forget tombstones) run after a commit landed:
+    its failure is a warning, never the commit's (`maintain` and the next commit finish it)."""
+    try:
+        step(*args)
+    except FeedlogError as e:
+        warnings.warn(f"committed; {step.__name__.lstrip('_')} deferred: {e}", stacklevel=3)
 
 
 def _compact(table: DeltaTable) -> None:

@@ -124,6 +124,8 @@ class Landed:
     freshness_ms: np.ndarray[Any, np.dtype[np.int64]] = field(repr=False, compare=False)
     #: bytes of the data files committed (what Delta's numOutputBytes counts)
     file_bytes: int = 0
+    #: the commit's in-commit timestamp (ms), else when it was made by this process's clock
+    committed_ms: int | None = None
 
 
 class StreamStats:
@@ -494,7 +496,8 @@ class LocalStream:
             fresh = np.concatenate([fresh, (now_us - ts.to_numpy(zero_copy_only=False)) // 1000])
         version = result.version if result is not None else None  # None: the table held these already
         files = sum(int(d.get("size", 0)) for d in written.adds) if written is not None else 0
-        self.stats._landed(Landed(self.batch, version, entries, size, time.monotonic() - t0, ends, fresh, files))
+        when = result.in_commit_timestamp if result is not None and result.in_commit_timestamp else now_us // 1000
+        self.stats._landed(Landed(self.batch, version, entries, size, time.monotonic() - t0, ends, fresh, files, when))
 
     def _abort(self, written: FilesWritten, error: BaseException) -> None:
         try:

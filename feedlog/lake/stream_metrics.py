@@ -159,7 +159,7 @@ def follow_local(metrics: StreamMetrics, stats: StreamStats) -> None:
         if batch.version is None:  # found landed already (a rerun): nothing new
             return
         metrics.landed(batch.entries, batch.file_bytes)  # data-file bytes, as the Spark path counts
-        metrics.committed(batch.version, None, [int(ms) for ms in batch.freshness_ms])
+        metrics.committed(batch.version, batch.committed_ms, [int(ms) for ms in batch.freshness_ms])
         for key, n in stats.behind_by_key().items():
             metrics.behind(key, n)
 

@@ -153,6 +153,27 @@ def test_available_now_lands_what_is_there_in_trigger_sized_commits_and_a_rerun_
     assert sorted(q for _, q in rows(table)) == list(range(1, 1001))
 
 
+def test_a_table_changed_while_the_stream_was_quiet_does_not_end_it(tmp_path: Path) -> None:
+    """The stream's handle starts each commit from its last state; a property set by someone else
+    since (hours, on a quiet stream) made the next commit a ConcurrentModification that ended the
+    stream. It is committed again on the latest state, as DeltaTable.append does."""
+    feed = make_feed(tmp_path / "feed", 10, batch=10)
+    table = tmp_path / "table"
+    s = Streaming([str(tmp_path / "feed")], table, trigger_seconds=0.05)
+    try:
+        wait_until(lambda: landed_count(table) == 10, 30, "the first entries")
+        other = open_table(str(table), None, None, None)
+        other.set_properties({"delta.logRetentionDuration": "interval 31 days"})
+        append(feed, 10, batch=10)
+        wait_until(lambda: landed_count(table) == 20 or s.error is not None, 30, "the entries after the change")
+        assert s.error is None and s.thread.is_alive()
+    finally:
+        feed.close()
+        r = s.stop()
+    assert r.rows == 20 and len(set(rows(table))) == 20
+    assert DeltaTable.open(table).snapshot().properties["delta.logRetentionDuration"] == "interval 31 days"
+
+
 def test_a_timeout_ends_a_live_stream(tmp_path: Path) -> None:
     make_feed(tmp_path / "feed", 10, batch=10).close()
     table = tmp_path / "table"

@@ -121,6 +121,9 @@ def test_the_local_stream_tells_the_observer_what_it_landed(tmp_path: Path) -> N
     assert value(s, "feedlog_ingest_commits_total") == len(commits) >= 3
     assert value(s, "feedlog_ingest_last_commit_version") == t.version()
     assert value(s, "feedlog_ingest_freshness_seconds_count") == 250  # one sample per entry
+    newest = t.history(1)[0]
+    assert newest.in_commit_timestamp is not None  # (the gauge an operator alerts on: time() - it)
+    assert value(s, "feedlog_ingest_last_commit_timestamp_seconds") == newest.in_commit_timestamp / 1000
     assert value(s, "feedlog_ingest_entries_behind", feed=KEY_A.public_key.hex()) == 0
     feed.close()
 
