@@ -60,6 +60,9 @@ DEFAULT_TRIGGER_MS = 100
 POLL_MS = 10
 #: entries the followers may hold before the loop takes them (each follower waits beyond it)
 MAX_HELD_ENTRIES = 200_000
+#: and bytes of blocks (a block may be 8 MiB: 200,000 of them would be a catch-up's tens of GB);
+#: one signed batch more may arrive past it (a peer's message is bounded by the reader's budget)
+MAX_HELD_BYTES = 256 << 20
 #: the first and the longest wait before reconnecting to a peer that went away
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
@@ -85,6 +88,7 @@ class StreamSettings:
     timeout_s: float | None = None
     reconnect_max_s: float = RECONNECT_MAX_S
     max_held_entries: int = MAX_HELD_ENTRIES
+    max_held_bytes: int = MAX_HELD_BYTES
     poll_ms: int = POLL_MS
 
     def check(self) -> None:
@@ -94,8 +98,8 @@ class StreamSettings:
             raise InvalidArgument(f"--max-entries-per-trigger must be >= 1, got {self.max_entries_per_trigger}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise InvalidArgument("the timeout must be greater than zero")
-        if self.max_held_entries < 1 or self.poll_ms < 1 or self.reconnect_max_s <= 0:
-            raise InvalidArgument("max_held_entries, poll_ms and reconnect_max_s must be positive")
+        if self.max_held_entries < 1 or self.max_held_bytes < 1 or self.poll_ms < 1 or self.reconnect_max_s <= 0:
+            raise InvalidArgument("max_held_entries, max_held_bytes, poll_ms and reconnect_max_s must be positive")
 
 
 def next_tick(t0: float, every_s: float, now: float) -> float:
@@ -204,23 +208,26 @@ class _Feed:
 class _Inbox:
     """Verified batches from the followers, in arrival order (each feed's in seq order), bounded."""
 
-    def __init__(self, max_entries: int, stop: threading.Event) -> None:
+    def __init__(self, max_entries: int, stop: threading.Event, max_bytes: int = MAX_HELD_BYTES) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.stop = stop
         self.cond = threading.Condition()
         self.items: deque[tuple[_Feed, Verified]] = deque()
         self.held = 0
+        self.held_bytes = 0
         self.error: BaseException | None = None
 
     def put(self, feed: _Feed, batch: Verified) -> bool:
         """Hold `batch` (waiting while full); False if the stream is stopping."""
         with self.cond:
-            while self.held >= self.max_entries and not self.stop.is_set():
+            while (self.held >= self.max_entries or self.held_bytes >= self.max_bytes) and not self.stop.is_set():
                 self.cond.wait(0.1)
             if self.stop.is_set():
                 return False
             self.items.append((feed, batch))
             self.held += len(batch.blocks)
+            self.held_bytes += _size(batch)
             self.cond.notify_all()
             return True
 
@@ -244,14 +251,20 @@ class _Inbox:
         """What is held, up to the batch that reaches `limit` entries (whole signed batches)."""
         out: list[tuple[_Feed, Verified]] = []
         with self.cond:
-            n = 0
+            n = size = 0
             while self.items and (limit is None or n < limit):
                 feed, batch = self.items.popleft()
                 out.append((feed, batch))
                 n += len(batch.blocks)
+                size += _size(batch)
             self.held -= n
+            self.held_bytes -= size
             self.cond.notify_all()
         return out
+
+
+def _size(batch: Verified) -> int:
+    return sum(len(b) for b in batch.blocks if b is not None)
 
 
 class _Follower:
@@ -397,7 +410,7 @@ class LocalStream:
         self.progress = progress
         self.clock = clock or SystemClock()
         self.stop = stop or threading.Event()
-        self.inbox = _Inbox(settings.max_held_entries, self.stop)
+        self.inbox = _Inbox(settings.max_held_entries, self.stop, settings.max_held_bytes)
         self.batch = 0
         ends = _targets(self.sources) if settings.available_now else {}
         self.followers = []

@@ -111,6 +111,36 @@ def test_next_tick_is_a_processing_time_trigger() -> None:
     assert next_tick(10.0, 0, 11.7) == 11.7  # trigger 0: as fast as possible
 
 
+def test_the_inbox_holds_a_bounded_number_of_bytes() -> None:
+    """Big blocks (up to 8 MiB each) fill the followers' inbox by bytes long before by count: a
+    follower waits once the held bytes reach the budget, until the loop takes them."""
+    from typing import cast
+
+    from feedlog.lake.stream_local import _Feed, _Inbox
+    from feedlog.replication.verify import Verified
+
+    stop = threading.Event()
+    inbox = _Inbox(1_000, stop, max_bytes=100)
+    feed = _Feed("aa" * 32, "entry", b"")
+    state = cast(Any, None)  # (the inbox never looks at the signed state)
+    assert inbox.put(feed, Verified(1, [b"x" * 80], state))  # under the budget: taken at once
+    assert inbox.put(feed, Verified(2, [b"y" * 80], state))  # 80 < 100 still: one batch past it
+    done = threading.Event()
+
+    def put_third() -> None:
+        inbox.put(feed, Verified(3, [b"z" * 80], state))
+        done.set()
+
+    third = threading.Thread(target=put_third)
+    third.start()
+    assert not done.wait(0.3)  # 160 bytes held: the third waits
+    assert [b.start for _, b in inbox.take(None)] == [1, 2]
+    assert done.wait(5)
+    assert inbox.held_bytes == 80 and inbox.held == 1
+    stop.set()
+    third.join(5)
+
+
 def test_a_peer_and_a_directory_land_live_exactly_once_and_audit(tmp_path: Path, peer: PeerServer) -> None:
     key = served_feed(peer)
     put(peer, key, 5, "before")
