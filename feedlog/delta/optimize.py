@@ -249,33 +249,34 @@ def plan(
     return bins
 
 
-def tiered(bins: Sequence[Bin]) -> list[Bin]:
-    """Auto-compaction's bins cut to their newest files that are no bigger than what they join (pure).
+def tiered(bins: Sequence[Bin], target: int) -> list[Bin]:
+    """Auto-compaction's choice among the small files `plan` found: the smallest ones, as a binary
+    counter would merge them (pure).
 
-    Bin-packing every small file, as OPTIMIZE does, rewrites a stream's compacted file each time 50
-    new ones arrive, until it passes half the target (64 MiB): the bytes rewritten grow with the
-    square of the table's age (a soak at 200 puts/s kept 16x its live bytes on disk). Here a run is
-    taken from its end (a stream's newest, smallest files, in `order_key` order) backwards, and an
-    older file joins only if it is no bigger than the files gathered so far, or about the size of a
-    run's typical file: merged files double as in a binary counter, so each row is rewritten about
-    log2(commits / 50) times, and a partition keeps its small new files plus O(log n) merged ones.
-    The merged files stay contiguous, so per-file `seq` ranges stay tight. A deletion vector's file
-    is taken wherever it is (auto-compaction purges them)."""
-    out: list[Bin] = []
+    Bin-packing every small file, as OPTIMIZE does, rewrites a stream's merged file each time 50 new
+    ones arrive, until it passes half the target (64 MiB): the bytes rewritten grow with the square
+    of the table's age (a soak at 200 puts/s kept 16x its live bytes on disk). Here a partition's
+    small files are taken smallest first, and a bigger one joins only if it is no bigger than the
+    files taken so far, or about the size of a typical new file (twice the median): merged files
+    double as in a binary counter, so each row is rewritten about log2(commits / 50) times and a
+    partition keeps its new files plus O(log n) merged ones. Half the files at least are at or under
+    the median, so a partition over the threshold always makes progress. The chosen files are then
+    binned in (feed, seq) order (`plan`). Files with a deletion vector are always taken."""
+    by_partition: dict[Partition, list[Add]] = {}
     for b in bins:
-        sizes = sorted(a.size for a in b.files)
-        typical = 2 * sizes[len(sizes) // 2]
+        by_partition.setdefault(b.partition, []).extend(b.files)
+    out: list[Bin] = []
+    for part in sorted(by_partition, key=repr):
+        files = sorted(by_partition[part], key=lambda a: (a.size, order_key(a)))
+        typical = 2 * files[len(files) // 2].size
+        chosen: list[Add] = []
         gathered = 0
-        start = len(b.files)
-        for i in range(len(b.files) - 1, -1, -1):
-            a = b.files[i]
-            if gathered and a.size > max(gathered, typical) and not has_deletion_vector(a):
-                break
+        for a in files:
+            if chosen and a.size > max(gathered, typical) and not has_deletion_vector(a):
+                continue  # (files come smallest first: only deletion vectors follow)
+            chosen.append(a)
             gathered += a.size
-            start = i
-        files = b.files[start:]
-        if len(files) > 1 or (files and has_deletion_vector(files[0])):
-            out.append(Bin(b.partition, files))
+        out += plan(chosen, target)
     return out
 
 
@@ -410,7 +411,7 @@ def optimize(
     live = snap.files()
     if auto is not None:
         size = auto.max_file_size
-        bins = tiered(plan(live, size, small_below=auto.min_file_size, min_num_files=auto.min_num_files))
+        bins = tiered(plan(live, size, small_below=auto.min_file_size, min_num_files=auto.min_num_files), size)
     else:
         size = target_size(snap.metadata.configuration, target)
         bins = plan(live, size)

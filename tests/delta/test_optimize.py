@@ -141,30 +141,49 @@ def test_auto_compaction_merges_the_newest_files_into_no_bigger_ones() -> None:
     equal = add("m500", 500, feed="f", seq=0)
     bigger = add("m1000", 1000, feed="f", seq=0)
     for old, joins in ((equal, True), (bigger, False)):
-        bins = tiered(plan([old, *new], 10_000, small_below=5_000, min_num_files=50))
+        bins = tiered(plan([old, *new], 10_000, small_below=5_000, min_num_files=50), 10_000)
         assert paths(bins) == [([old.path] if joins else []) + [a.path for a in new]]
     # sizes of new files vary with load: none is left out for being a little bigger than another
     uneven = [add(f"u{i}", 10 + (i % 3) * 7, feed="f", seq=i) for i in range(50)]
-    assert paths(tiered(plan(uneven, 10_000, small_below=5_000, min_num_files=50))) == [[a.path for a in uneven]]
+    assert paths(tiered(plan(uneven, 10_000, small_below=5_000, min_num_files=50), 10_000)) == [
+        [a.path for a in uneven]
+    ]
 
 
-def test_a_long_stream_rewrites_each_row_about_log_n_times_and_keeps_few_files() -> None:
+def test_the_choice_does_not_hang_on_where_a_big_file_sorts() -> None:
+    """A soak's table stopped compacting for good: files sort by their smallest (feed, seq), so with
+    several feeds a merged file can sort after most new files and before the last one; a choice that
+    walked back from the last file stopped at it, chose one file, and compacted nothing ever after."""
+    new = [add(f"a{i}", 10, feed="a", seq=i) for i in range(60)]
+    merged = add("b-merged", 500, feed="b", seq=0)
+    last = add("c0", 10, feed="c", seq=0)
+    bins = tiered(plan([*new, merged, last], 10_000, small_below=5_000, min_num_files=50), 10_000)
+    chosen = {a.path for b in bins for a in b.files}
+    assert chosen == {a.path for a in [*new, merged, last]}  # 500 <= the 610 bytes of new files
+
+
+@pytest.mark.parametrize("feeds", [1, 8])
+def test_a_long_stream_rewrites_each_row_about_log_n_times_and_keeps_few_files(feeds: int) -> None:
     """10,000 commits of one 1 KiB file each under the default rule: the live files stay near the
     threshold and the bytes rewritten grow as n log n, not n squared (every 50 commits rewriting the
-    whole merged file, as bin-packing every small file would, writes ~100x more here)."""
+    whole merged file, as bin-packing every small file would, writes ~100x more here). With 8 feeds
+    a commit's file starts at whichever feed had entries in it (its smallest (feed, seq)), so the
+    (feed, seq) order interleaves old and new files: the choice must not depend on that order (a
+    soak stopped compacting for good when it did)."""
     rule = AutoCompact(max_file_size=128 * MiB, min_file_size=64 * MiB, min_num_files=50)
     live: list[Add] = []
     rewritten = most = 0
     for i in range(10_000):
-        live.append(add(f"c{i}", 1024, feed="f", seq=i * 10))
+        live.append(add(f"c{i}", 1024, feed=f"f{(i * 7919) % feeds}", seq=i * 10))
         if needs_compaction(live, rule):
-            for b in tiered(plan(live, rule.max_file_size, small_below=rule.min_file_size, min_num_files=50)):
+            bins = tiered(
+                plan(live, rule.max_file_size, small_below=rule.min_file_size, min_num_files=50), rule.max_file_size
+            )
+            assert bins, "over the threshold, nothing chosen: it would never compact again"
+            for b in bins:
                 gone = {a.path for a in b.files}
-                first = b.files[0]
                 live = [a for a in live if a.path not in gone]
-                merged = add(f"m{i}", b.size, feed="f", seq=order_key(first)[1])
-                live.append(merged)
-                live.sort(key=order_key)
+                live.append(add(f"m{i}", b.size, feed=order_key(b.files[0])[0], seq=order_key(b.files[0])[1]))
                 rewritten += b.size
         most = max(most, len(live))
     written = 10_000 * 1024
