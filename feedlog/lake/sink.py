@@ -600,6 +600,10 @@ def _forget(table: DeltaTable, ranges: Mapping[str, FeedRange], clock: Clock) ->
         after_commit(table, forgets, clock)
 
 
+#: the table property that turns off the log cleanup after each checkpoint (delta-spark's; default on)
+EXPIRED_LOG_CLEANUP = "delta.enableExpiredLogCleanup"
+
+
 def _maintain(table: DeltaTable, result: CommitResult) -> None:
     if result.version is None:
         return
@@ -614,7 +618,9 @@ def _maintain(table: DeltaTable, result: CommitResult) -> None:
         every = DEFAULT_CHECKPOINT_INTERVAL
     if every > 0 and result.version % every == 0:
         table.checkpoint(result.version)
-        table.cleanup()
+        # metadata cleanup after each checkpoint, unless the table turns it off (delta-spark's rule)
+        if conf.get(EXPIRED_LOG_CLEANUP, "true").strip().lower() != "false":
+            table.cleanup()
 
 
 def _after_landing(step: Callable[..., Any], *args: Any) -> None:

@@ -311,6 +311,21 @@ def test_log_cleanup_follows_each_checkpoint_of_a_stream(tmp_path: Path) -> None
     assert f"{12:020d}.json" in files and len(rows(table)) == 110
 
 
+def test_a_table_that_turns_expired_log_cleanup_off_keeps_its_log(tmp_path: Path) -> None:
+    feed = make_feed(tmp_path / "feed", 10, batch=10)
+    table = tmp_path / "table"
+    ingest_batch(None, [str(tmp_path / "feed")], str(table), progress=lambda _m: None)  # versions 0, 1
+    short_log(table)  # version 2
+    open_table(str(table), None, None, None).set_properties({"delta.enableExpiredLogCleanup": "false"})  # 3
+    append(feed, 100, batch=10)
+    feed.close()
+    r = ingest_stream(None, [str(tmp_path / "feed")], str(table), available_now=True, max_entries_per_trigger=10)
+    assert r.version == 13
+    files = log_files(table)
+    assert f"{10:020d}.checkpoint.parquet" in files  # checkpoints still made
+    assert all(f"{v:020d}.json" in files for v in range(14)), files  # and no commit cleaned up
+
+
 @pytest.mark.slow
 def test_the_spark_engine_takes_a_trigger_and_maintenance_and_cleans_its_log(spark: Any, tmp_path: Path) -> None:
     feed = make_feed(tmp_path / "feed", 10, batch=10)
