@@ -479,14 +479,15 @@ class SinkConfig:
             raise
         if result.skipped:
             self._discard(adds)
-            _after_landing(_forget, table, ranges, self.clock)  # a rerun after a crash between the two finishes it
+            _forget(table, ranges, self.clock)  # a rerun after a crash between the two commits finishes it
             return result
         failpoints.point("sink.committed")
-        # The commit has landed: what follows is best effort (a warning, the next commit or
-        # `maintain` retries). Raising here would report a landed commit as failed, and a caller
-        # that retries would then delete files the commit references.
+        # The commit has landed. Its checkpoint, log cleanup and compaction are upkeep: a failure is
+        # a warning (the next commit or `maintain` does it). A forget's rewrite is not: the job
+        # fails with its error so that it is rerun, and the rerun (its commit found landed) finishes
+        # the rewrite; a caller that retries keeps this commit's files (`abort`: the claims landed).
         _after_landing(_maintain, table, result)
-        _after_landing(_forget, table, ranges, self.clock)
+        _forget(table, ranges, self.clock)
         _compact(table)
         return result
 
@@ -624,8 +625,8 @@ def _maintain(table: DeltaTable, result: CommitResult) -> None:
 
 
 def _after_landing(step: Callable[..., Any], *args: Any) -> None:
-    """A post-commit step (checkpoint and log cleanup, forget tombstones) run after a commit landed:
-    its failure is a warning, never the commit's (`maintain` and the next commit finish it)."""
+    """A post-commit upkeep step (checkpoint and log cleanup) run after a commit landed: its failure
+    is a warning, never the commit's (`maintain` and the next commit do it)."""
     try:
         step(*args)
     except FeedlogError as e:
