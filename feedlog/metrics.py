@@ -221,19 +221,20 @@ class _Server(http.server.HTTPServer):
         # sending a byte every few seconds would otherwise hold this thread for as long as it likes.
         # A duplicate of the socket is shut down (not the socket itself), as TLS replaces `request`
         # by a wrapper; shutting the connection down wakes whatever read or write is blocked on it.
-        guard = request.dup()
-        done = threading.Lock()
+        guard: list[socket.socket] = []  # the duplicate while the connection lasts
+        lock = threading.Lock()
 
         def expire() -> None:
-            if done.acquire(blocking=False):  # not yet finished: cut the connection
-                with contextlib.suppress(OSError):
-                    guard.shutdown(socket.SHUT_RDWR)
-                done.release()
+            with lock:
+                for g in guard:  # not yet finished: cut the connection
+                    with contextlib.suppress(OSError):
+                        g.shutdown(socket.SHUT_RDWR)
 
         timer = threading.Timer(self.listener.settings.deadline_s, expire)
         timer.daemon = True
-        timer.start()
         try:
+            guard.append(request.dup())  # inside the try: no room leaks if the process is out of fds
+            timer.start()
             request.settimeout(self.listener.settings.deadline_s)
             if self.listener.tls is not None:
                 request = self.listener.tls.wrap_socket(request, server_side=True)  # handshake here, bounded
@@ -242,8 +243,10 @@ class _Server(http.server.HTTPServer):
             pass  # a client that went away, spoke no TLS or ran out of time: nothing to answer
         finally:
             timer.cancel()
-            with done:  # an expiry running now finishes before the duplicate is closed
-                guard.close()
+            with lock:  # an expiry running now finishes before the duplicate is closed
+                for g in guard:
+                    g.close()
+                guard.clear()
             self.shutdown_request(request)
             self._release(key)
 
