@@ -15,13 +15,17 @@ The listener follows the rule of every feedlog listener (server/rpc.py
 (`--metrics-tls-cert/--metrics-tls-key`, or the command's `--insecure`) and a
 bearer token (`--metrics-token-file`, or $FEEDLOG_METRICS_TOKEN), which is what
 Prometheus' `authorization` scrape setting sends. It answers from a fixed pool
-of `MAX_SCRAPERS` threads; a connection beyond them is closed unanswered, and a
-client that sends nothing for `SCRAPE_TIMEOUT_S` is dropped.
+of `MAX_SCRAPERS` threads, at most `MAX_PER_CLIENT` of them for one client address; a
+connection beyond them is closed unanswered, and every connection is shut down
+`SCRAPE_TIMEOUT_S` after it was accepted, however it trickles its bytes (a
+per-read timeout alone would let one byte every few seconds hold a thread for
+ever, before the token is even read).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import hmac
 import http.server
@@ -36,13 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidArgument, Unavailable
-from .rpc import is_loopback
+from .rpc import client_key, is_loopback
 
 #: the environment variable holding the bearer token a scraper must send (besides --metrics-token-file)
 TOKEN_ENV = "FEEDLOG_METRICS_TOKEN"
 #: threads answering scrapes; Prometheus scrapes one target once per interval, so a few are plenty
 MAX_SCRAPERS = 4
-#: seconds a scrape's connection may stay silent (slow TLS handshake, slow request) before it is dropped
+#: threads one client address may hold at once (an IPv6 client: its /64), so one client never holds them all
+MAX_PER_CLIENT = 2
+#: seconds a scrape's connection may last in all (TLS handshake, request, answer) before it is shut down
 SCRAPE_TIMEOUT_S = 10.0
 #: the one path served (anything else: 404)
 PATH = "/metrics"
@@ -80,6 +86,8 @@ class MetricsSettings:
     token_hashes: tuple[bytes, ...] = ()
     #: the command's --insecure: plaintext beyond loopback allowed (the token is still needed)
     insecure: bool = False
+    #: seconds a connection may last in all (tests shorten it)
+    deadline_s: float = SCRAPE_TIMEOUT_S
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -181,29 +189,66 @@ class _Server(http.server.HTTPServer):
         self.listener = listener
         self._pool = ThreadPoolExecutor(MAX_SCRAPERS, thread_name_prefix="metrics")
         self._room = threading.BoundedSemaphore(MAX_SCRAPERS)
+        self._lock = threading.Lock()
+        self._per_client: dict[str, int] = {}  # client_key -> connections being served
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._room.acquire(blocking=False):  # every thread busy: no queue grows here
+        key = client_key(str(client_address[0]))
+        with self._lock:
+            # a client at its share, or every thread busy: closed, no queue grows here
+            admitted = self._per_client.get(key, 0) < MAX_PER_CLIENT and self._room.acquire(blocking=False)
+            if admitted:
+                self._per_client[key] = self._per_client.get(key, 0) + 1
+        if not admitted:
             self.shutdown_request(request)
             return
         try:
-            self._pool.submit(self._serve_one, request, client_address)
+            self._pool.submit(self._serve_one, request, client_address, key)
         except RuntimeError:  # the pool is shut down: the server is stopping
-            self._room.release()
+            self._release(key)
             self.shutdown_request(request)
 
-    def _serve_one(self, request: Any, client_address: Any) -> None:
+    def _release(self, key: str) -> None:
+        with self._lock:
+            left = self._per_client.pop(key, 1) - 1
+            if left:
+                self._per_client[key] = left
+            self._room.release()
+
+    def _serve_one(self, request: Any, client_address: Any, key: str) -> None:
+        # The deadline covers the whole connection: settimeout only bounds each read, and a client
+        # sending a byte every few seconds would otherwise hold this thread for as long as it likes.
+        # A duplicate of the socket is shut down (not the socket itself), as TLS replaces `request`
+        # by a wrapper; shutting the connection down wakes whatever read or write is blocked on it.
+        guard: list[socket.socket] = []  # the duplicate while the connection lasts
+        lock = threading.Lock()
+
+        def expire() -> None:
+            with lock:
+                for g in guard:  # not yet finished: cut the connection
+                    with contextlib.suppress(OSError):
+                        g.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(self.listener.settings.deadline_s, expire)
+        timer.daemon = True
         try:
-            request.settimeout(SCRAPE_TIMEOUT_S)
+            guard.append(request.dup())  # inside the try: no room leaks if the process is out of fds
+            timer.start()
+            request.settimeout(self.listener.settings.deadline_s)
             if self.listener.tls is not None:
                 request = self.listener.tls.wrap_socket(request, server_side=True)  # handshake here, bounded
             self.finish_request(request, client_address)
         except (OSError, ssl.SSLError):
-            pass  # a client that went away or spoke no TLS: nothing to answer
+            pass  # a client that went away, spoke no TLS or ran out of time: nothing to answer
         finally:
+            timer.cancel()
+            with lock:  # an expiry running now finishes before the duplicate is closed
+                for g in guard:
+                    g.close()
+                guard.clear()
             self.shutdown_request(request)
-            self._room.release()
+            self._release(key)
 
     def server_close(self) -> None:
         super().server_close()

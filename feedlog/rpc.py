@@ -127,6 +127,20 @@ def is_loopback(listen: str) -> bool:
         return False
 
 
+def client_key(host: str) -> str:
+    """Whom a connection counts against (pure): an IPv4 address, or an IPv6 address's /64 (one
+    machine commonly has a whole /64 to pick source addresses from)."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
 def new_token(nbytes: int = 32) -> str:
     """`nbytes` random bytes as URL-safe text that never starts with '-': a command line would take
     `--token -x...` for an option (one token in 64 did, and `table backfill --token` failed with a

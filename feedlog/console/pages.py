@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -30,7 +31,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..clock import Clock, SystemClock
-from ..errors import FeedlogError, InvalidArgument, NotFound, printable
+from ..errors import FeedlogError, InvalidArgument, NotFound, ResourceExhausted, printable
 from ..log.timestamps import format_duration, format_iso_ms
 from . import reads
 from .catalog import Catalog
@@ -221,7 +222,10 @@ def create_app(catalog: Catalog, *, token_hashes: Sequence[bytes] = (), clock: C
                 return fn(request)
             except FeedlogError as e:
                 kind = next((c.__name__ for c in type(e).__mro__ if c.__name__ in STATUS), "")
-                return render("error.html", STATUS.get(kind, 502), message=str(e), kind=type(e).__name__)
+                response = render("error.html", STATUS.get(kind, 502), message=str(e), kind=type(e).__name__)
+                if isinstance(e, ResourceExhausted):  # a heavy page's gate is full (reads.Gate)
+                    response.headers["retry-after"] = str(max(1, math.ceil(e.retry_after)))
+                return response
             except Exception:
                 traceback.print_exc(file=sys.stderr)
                 return render("error.html", 500, message="internal error (the console's log has the details)", kind="")

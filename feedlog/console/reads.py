@@ -7,21 +7,24 @@ pages what `feedlog table history|info --json` and `feedlog audit --json` print
 (`HistoryEntry.to_json`, `DeltaTable.info`, `audit.audit_table`), with each commit's provenance
 (`audit.provenance_of`). So a page and the CLI cannot disagree on what a feed or a table holds.
 
-Every list is cut to a page with a hard cap (`MAX_PAGE`), every read is bounded (`MAX_SCAN`,
-`MAX_HISTORY`, `MAX_ACTIVITY`); nothing here writes.
+Every list is cut to a page with a hard cap (`MAX_PAGE`), every read is bounded in entries
+(`MAX_SCAN`, `MAX_HISTORY`, `MAX_ACTIVITY`) and in bytes held (a peer's key history keeps only
+the page it shows; the activity keeps no value, `MAX_ACTIVITY_BYTES`); and the heavy pages (a
+feed's activity, a key's history, a table's audit) are computed a few at a time (`Gate`): one
+more is a 503 with Retry-After, not another thread's worth of memory. Nothing here writes.
 """
 
 from __future__ import annotations
 
 import io
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidArgument, NotFound
+from ..errors import InvalidArgument, NotFound, ResourceExhausted
 from ..log import entries, merkle
 from ..log.crypto import Verifier
 from ..log.feed import Feed
@@ -39,6 +42,12 @@ MAX_HISTORY = 10_000
 MAX_SCAN = 200_000
 #: entries read for a feed's activity picture (beyond: `feedlog activity` on the ingested table)
 MAX_ACTIVITY = 1_000_000
+#: bytes of rows (values left out) the activity of one feed may hold
+MAX_ACTIVITY_BYTES = 64 << 20
+#: the columns `insight.activity` and `insight.recent` read: no value
+ACTIVITY_COLUMNS = ("feed", "seq", "key", "deleted", "timestamp", "cleared", "stat")
+#: seconds a refused heavy page tells the browser to wait (Retry-After)
+RETRY_AFTER_S = 2.0
 #: recent events listed on a feed's page
 RECENT = 20
 #: the longest key a query may ask for (a hyperdb key is a path; longer is not a key of ours)
@@ -48,6 +57,31 @@ MAX_KEY = 4096
 def page_size(asked: int | None, default: int = PAGE) -> int:
     """A page's size: what was asked, between 1 and MAX_PAGE."""
     return default if asked is None else max(1, min(asked, MAX_PAGE))
+
+
+class Gate:
+    """At most `room` computations of one heavy kind at once. One more is refused at once
+    (ResourceExhausted: the page is a 503 with Retry-After) rather than queued: Starlette runs
+    pages in up to 40 threads, and each heavy page holds its rows while it works."""
+
+    def __init__(self, what: str, room: int) -> None:
+        self.what = what
+        self._room = threading.BoundedSemaphore(room)
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        if not self._room.acquire(blocking=False):
+            raise ResourceExhausted(f"the console is busy with {self.what}: try again shortly", RETRY_AFTER_S)
+        try:
+            yield
+        finally:
+            self._room.release()
+
+
+#: a feed's activity (its picture too) and a key's history: two at a time
+HEAVY = Gate("other activity and history pages", 2)
+#: a table's audit reads the whole table: one at a time
+AUDIT = Gate("another audit", 1)
 
 
 # ---- feeds ----------------------------------------------------------------------------------------
@@ -105,14 +139,17 @@ def feed_summary(ref: FeedRef) -> dict[str, Any]:
 
 def _peer_records(ref: FeedRef, start: int, end: int) -> list[entries.Record]:
     """Entries [start, end) of a peer's feed, each block verified against a signed tree as read."""
+    return list(_peer_iter(ref, start, end))
+
+
+def _peer_iter(ref: FeedRef, start: int, end: int) -> Iterator[entries.Record]:
+    """`_peer_records` a batch at a time: a long range is never held whole."""
     src = ref.source
     ctype = entries.decode_header(src.header())
-    out: list[entries.Record] = []
     for batch in src.read(max(start, 1), end):
         for n, block in enumerate(batch.blocks):
             seq = batch.start + n
-            out.append(entries.cleared_record(seq) if block is None else entries.decode_record(ctype, seq, block))
-    return out
+            yield entries.cleared_record(seq) if block is None else entries.decode_record(ctype, seq, block)
 
 
 @dataclass(frozen=True)
@@ -163,19 +200,27 @@ def key_history(ref: FeedRef, key: str, now_ms: int) -> dict[str, Any]:
     entry that withdrew it, if one did (its earlier payloads are cleared: not listed)."""
     if len(key) > MAX_KEY:
         raise InvalidArgument(f"a key of {len(key):,} characters: keys here are at most {MAX_KEY:,}")
-    if ref.local:
-        with _local(ref) as feed:
-            rows = feed.history(key)
-            forgotten = feed.forgotten(key)
-        scanned = None
-    else:
-        length = ref.source.signed_length()
-        start = max(1, length - MAX_SCAN)
-        records = _peer_records(ref, start, length) if length > 1 else []
-        rows = [r for r in records if not r.cleared and r.invalid is None and r.key == key]
-        forgotten = rows[-1].seq if rows and rows[-1].forget else None
-        scanned = (start, length)
-    total = len(rows)
+    with HEAVY():
+        if ref.local:
+            with _local(ref) as feed:  # the feed's key index: only this key's entries are read
+                rows = feed.history(key)
+                forgotten = feed.forgotten(key)
+            total = len(rows)
+            scanned = None
+        else:
+            # a peer has no index: scan its newest MAX_SCAN entries a batch at a time, keeping only the
+            # page shown (with their values) and a count, not every record read
+            length = ref.source.signed_length()
+            start = max(1, length - MAX_SCAN)
+            last: deque[entries.Record] = deque(maxlen=MAX_PAGE)
+            total = 0
+            for r in _peer_iter(ref, start, length) if length > 1 else ():
+                if not r.cleared and r.invalid is None and r.key == key:
+                    last.append(r)
+                    total += 1
+            rows = list(last)
+            forgotten = rows[-1].seq if rows and rows[-1].forget else None
+            scanned = (start, length)
     shown = [entries.record_json(r, now_ms) for r in reversed(rows[-MAX_PAGE:])]
     return {"key": key, "rows": shown, "total": total, "forgotten": forgotten, "scanned": scanned}
 
@@ -192,12 +237,14 @@ def proof(ref: FeedRef, seq: int) -> dict[str, Any]:
 
 class _Rows:
     """The rows and policies `insight.read_feeds` gave for a feed at a length: the page and its
-    picture are two requests, and a feed that did not grow need not be read twice."""
+    picture are two requests, and a feed that did not grow need not be read twice. The rows have
+    no values (`ACTIVITY_COLUMNS`), and the kept ones hold `max_bytes` at most, all feeds together."""
 
-    def __init__(self, keep: int = 4) -> None:
+    def __init__(self, keep: int = 4, max_bytes: int = 2 * MAX_ACTIVITY_BYTES) -> None:
         self._lock = threading.Lock()
         self._kept: OrderedDict[tuple[bytes, int], Any] = OrderedDict()
         self.keep = keep
+        self.max_bytes = max_bytes
 
     def get(self, ref: FeedRef) -> Any:
         from ..lake.insight import read_feeds
@@ -210,10 +257,12 @@ class _Rows:
                 return self._kept[at]
         if length <= 1:
             raise NotFound("the feed has no entries yet")
-        got = read_feeds([ref.source], limit=MAX_ACTIVITY)
+        got = read_feeds([ref.source], limit=MAX_ACTIVITY, columns=ACTIVITY_COLUMNS, max_bytes=MAX_ACTIVITY_BYTES)
         with self._lock:
             self._kept[at] = got
-            while len(self._kept) > self.keep:
+            while len(self._kept) > self.keep or (
+                len(self._kept) > 1 and sum(rows.nbytes for rows, _ in self._kept.values()) > self.max_bytes
+            ):
                 self._kept.popitem(last=False)
         return got
 
@@ -229,9 +278,10 @@ def activity(ref: FeedRef, every: str, now_ms: int) -> dict[str, Any]:
     from ..lake import insight
 
     every_ms = parse_duration(every)
-    rows, policies = ROWS.get(ref)
-    a = insight.activity(rows, every_ms, policies, now_ms)
-    events, unplaced = insight.recent(rows, policies, now_ms, None, RECENT)
+    with HEAVY():
+        rows, policies = ROWS.get(ref)
+        a = insight.activity(rows, every_ms, policies, now_ms)
+        events, unplaced = insight.recent(rows, policies, now_ms, None, RECENT)
     return {
         "activity": a.to_json(),
         "buckets": len(a.buckets),
@@ -247,8 +297,10 @@ def activity_svg(ref: FeedRef, every: str, now_ms: int) -> bytes:
     from ..lake import insight
     from ..lake.plots import draw_activity
 
-    rows, policies = ROWS.get(ref)
-    a = insight.activity(rows, parse_duration(every), policies, now_ms)
+    every_ms = parse_duration(every)
+    with HEAVY():
+        rows, policies = ROWS.get(ref)
+        a = insight.activity(rows, every_ms, policies, now_ms)
     out = io.BytesIO()
     with _PLOT:
         draw_activity(a, out, "svg")
@@ -361,7 +413,10 @@ def audit(catalog: Catalog, ref: TableRef) -> dict[str, Any]:
     from ..lake.audit import audit_table
 
     owner = catalog.owners[0] if catalog.owners else None
-    report = audit_table(ref.location, None, None, owner=owner, storage_options=dict(catalog.storage_options) or None)
+    with AUDIT():  # every file of the table is read: one audit at a time
+        report = audit_table(
+            ref.location, None, None, owner=owner, storage_options=dict(catalog.storage_options) or None
+        )
     return {
         **report.to_json(),
         "summary": report.summary(),

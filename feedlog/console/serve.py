@@ -5,8 +5,10 @@ Loopback by default, like every feedlog listener. Beyond loopback it needs TLS (
 $FEEDLOG_CONSOLE_TOKEN): the pages show every entry of the feeds, so they are not for whoever
 reaches the port (issue 39; `feedlog serve` makes the same demands of its writers). The
 listener bounds what one client can hold: connections at once (`--max-connections`, 503
-beyond), a short keep-alive, small request heads (h11's limit), and Starlette's thread pool
-for the pages' reads.
+beyond, and `--max-connections-per-client` of them for one address), a deadline for each
+request head (`--head-timeout`: an idle or trickling connection is closed, see
+`connections`), a short keep-alive, small request heads (h11's limit), Starlette's thread
+pool for the pages' reads, and one heavy page computed at a time (`pages`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import socket
 import sys
 
 from ..errors import InvalidArgument
+from .connections import HEAD_TIMEOUT_S, PER_CLIENT
 
 #: the environment variable holding the console's token
 TOKEN_ENV = "FEEDLOG_CONSOLE_TOKEN"
@@ -76,6 +79,21 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="connections served at once (default 64; more get 503)",
     )
+    p.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        metavar="N",
+        help=f"connections one client address (an IPv6 /64) may hold (default {PER_CLIENT}, "
+        "at most half of --max-connections); more are closed",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=float,
+        default=HEAD_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"a connection that has not sent a whole request within this long of opening, or of its "
+        f"last answer, is closed (default {HEAD_TIMEOUT_S:g})",
+    )
 
 
 def token_hashes(ns: argparse.Namespace) -> list[bytes]:
@@ -130,12 +148,17 @@ def run(ns: argparse.Namespace) -> None:
     import uvicorn
 
     from . import catalog as catalog_mod
+    from .connections import guarded_protocol, per_client_cap
     from .pages import create_app
 
     if (ns.tls_cert is None) != (ns.tls_key is None):
         raise InvalidArgument("--tls-cert and --tls-key go together")
     if ns.max_connections < 1:
         raise InvalidArgument("--max-connections must be at least 1")
+    if ns.max_connections_per_client is not None and ns.max_connections_per_client < 1:
+        raise InvalidArgument("--max-connections-per-client must be at least 1")
+    if not 0 < ns.head_timeout <= 3600:
+        raise InvalidArgument("--head-timeout must be more than 0 and at most 3600 seconds")
     tokens = token_hashes(ns)
     check_exposure(ns.listen, ns.tls_cert is not None, ns.insecure, tokens)
     owners = ns.owner or ([os.environ["FEEDLOG_OWNER"]] if os.environ.get("FEEDLOG_OWNER") else [])
@@ -155,6 +178,7 @@ def run(ns: argparse.Namespace) -> None:
         app,
         ssl_certfile=ns.tls_cert,
         ssl_keyfile=ns.tls_key,
+        http=guarded_protocol(ns.head_timeout, per_client_cap(ns.max_connections, ns.max_connections_per_client)),
         limit_concurrency=ns.max_connections,
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=16 * 1024,

@@ -133,17 +133,37 @@ def bucket_of(ts_ms: int, width_ms: int) -> int:
 # ---- reading ------------------------------------------------------------------------------------
 
 
-def read_feeds(sources: Sequence[FeedSource], *, limit: int = 50_000_000) -> tuple[pa.Table, dict[str, FeedPolicy]]:
+def read_feeds(
+    sources: Sequence[FeedSource],
+    *,
+    limit: int = 50_000_000,
+    columns: Sequence[str] | None = None,
+    max_bytes: int | None = None,
+) -> tuple[pa.Table, dict[str, FeedPolicy]]:
     """Every entry of every feed (verified as it is read), and each feed's policy as known here.
 
     A local feed directory that holds its writer's key (we wrote it) has its policy in its
     settings; any other feed's policy is inferred from its timestamps (`FeedPolicy.inferred`).
+    `columns`: keep only these (the rows are built a chunk at a time and the rest dropped, so the
+    values of a long feed are never all in memory: `activity` and `recent` need no value);
+    `max_bytes`: InvalidArgument once the rows kept would hold more than this.
     """
     from ..log.feed import Feed
 
     batches: list[pa.RecordBatch] = []
     policies: dict[str, FeedPolicy] = {}
     total = 0
+    held = 0
+
+    def kept(batch: pa.RecordBatch) -> pa.RecordBatch:
+        nonlocal held
+        if columns is not None:
+            batch = batch.select([c for c in columns if c in batch.schema.names])
+        held += batch.nbytes
+        if max_bytes is not None and held > max_bytes:
+            raise InvalidArgument(f"more than {max_bytes:,} bytes of rows: run this on the ingested table with Spark")
+        return batch
+
     for src in sources:
         length = src.signed_length()
         if length <= 1:
@@ -153,16 +173,27 @@ def read_feeds(sources: Sequence[FeedSource], *, limit: int = 50_000_000) -> tup
             raise InvalidArgument(f"more than {limit:,} entries: run this on the ingested table with Spark")
         header = src.header()
         builder = RowBuilder(src.key_hex, decode_header(header), header)
+        first = len(batches)
         for batch in src.read(1, length):
             builder.add(batch)
-        batches.append(builder.flush())
+            if columns is not None and builder.nbytes >= CHUNK_BYTES:
+                batches.append(kept(builder.flush()))
+        if len(builder):
+            batches.append(kept(builder.flush()))
         known: FeedPolicy | None = None
         if src.path is not None:
             with Feed.open(src.path, writable=False) as feed:
                 if feed.core.can_sign:
                     known = FeedPolicy.known(feed.settings.timestamps)
-        policies[src.key_hex] = known or FeedPolicy.inferred(_ms_values(batches[-1].column("timestamp")))
+        if known is None:
+            stamps = [v for b in batches[first:] for v in _ms_values(b.column("timestamp"))]
+            known = FeedPolicy.inferred(stamps)
+        policies[src.key_hex] = known
     return pa.Table.from_batches(batches), policies
+
+
+#: block bytes turned into rows at a time when only some columns are kept
+CHUNK_BYTES = 8 << 20
 
 
 def _ms_values(column: Any) -> list[int]:

@@ -5,6 +5,7 @@ never become label values, and the listener keeps to the rule of every feedlog l
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import signal
 import socket
@@ -23,7 +24,7 @@ import pytest
 from feedlog.errors import InvalidArgument, ResourceExhausted, Unauthenticated
 from feedlog.log.crypto import KeyPair
 from feedlog.log.feed import Write
-from feedlog.metrics import MetricsListener, MetricsSettings, check_exposure, new_registry
+from feedlog.metrics import MAX_PER_CLIENT, MAX_SCRAPERS, MetricsListener, MetricsSettings, check_exposure, new_registry
 from feedlog.pb import feeds_pb2
 from feedlog.replication.client import FeedClient
 from feedlog.rpc import Address
@@ -310,3 +311,61 @@ def _answers(url: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def _hostile(port: int, source: str) -> socket.socket:
+    """A connection to the listener from `source` (any 127.0.0.0/8 address is this machine's loopback)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    s.sendall(b"G")
+    return s
+
+
+def _closed(s: socket.socket) -> bool:
+    """Whether the listener has closed `s` (EOF or reset); False while it is still open."""
+    s.settimeout(0.05)
+    try:
+        return s.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_trickling_clients_are_cut_at_the_deadline_and_one_client_cannot_hold_every_thread() -> None:
+    """Review: settimeout bounded the gap between bytes, so a byte every few seconds held a thread for
+    ever, and four such clients held them all before the token check."""
+    deadline_s = 1.0
+    with MetricsListener(new_registry(), MetricsSettings("127.0.0.1:0", deadline_s=deadline_s)) as m:
+        # one client opens more connections than it may hold: those beyond MAX_PER_CLIENT are closed at once
+        one = [_hostile(m.port, "127.0.0.2") for _ in range(MAX_SCRAPERS)]
+        wait_until(lambda: sum(_closed(s) for s in one[MAX_PER_CLIENT:]) == MAX_SCRAPERS - MAX_PER_CLIENT)
+        held = one[:MAX_PER_CLIENT]
+        assert not any(_closed(s) for s in held)
+        # ... so a real scrape is answered while it holds its share, trickling a byte at a time
+        for s in held:
+            s.sendall(b"E")
+        assert value(scrape(m.url), "process_open_fds") is not None
+        # the trickle does not keep them: each is cut within the deadline of being accepted
+        stop = threading.Event()
+
+        def trickle() -> None:
+            for _ in range(100):
+                if stop.wait(0.1):
+                    return
+                for s in held:
+                    with contextlib.suppress(OSError):
+                        s.sendall(b"T")
+
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: all(_closed(s) for s in held), timeout=deadline_s * 5, what="the deadline's cut")
+        finally:
+            stop.set()
+            t.join(5)
+        # clients from several addresses may fill every thread, but only until the deadline
+        many = [_hostile(m.port, f"127.0.0.{10 + i}") for i in range(MAX_SCRAPERS)]
+        wait_until(lambda: all(_closed(s) for s in many), timeout=deadline_s * 5, what="every thread freed")
+        assert value(scrape(m.url), "process_open_fds") is not None
+        for s in one + many:
+            s.close()
