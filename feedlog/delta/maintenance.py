@@ -43,34 +43,15 @@ from .committer import LOG_DIR
 from .log import Listing, list_log, load_protocol_metadata, load_state, read_commit
 from .managed.protocol import Binding
 from .managed.staged import clean_staged
-from .replay import check_writable, ict_enablement
+from .replay import DEFAULT_TOMBSTONE_RETENTION_MS, check_writable, ict_enablement, parse_interval
 from .storage import Storage
 from .timeline import Timeline, last_at_or_before
 
 DAY_MS = 86_400_000
 DEFAULT_LOG_RETENTION_MS = 30 * DAY_MS
-DEFAULT_TOMBSTONE_RETENTION_MS = 7 * DAY_MS
-
-_INTERVAL = re.compile(r"\s*interval\s+(\d+)\s+([a-z]+?)s?\s*", re.IGNORECASE)
-_UNIT_MS = {
-    "millisecond": 1,
-    "second": 1000,
-    "minute": 60_000,
-    "hour": 3_600_000,
-    "day": DAY_MS,
-    "week": 7 * DAY_MS,
-}
 _VERSIONED = re.compile(r"(\d{20})\.(json|checkpoint\..*|crc)", re.ASCII)
 #: log compaction files `<x>.<y>.compacted.json` (PROTOCOL.md "Log Compaction Files")
 _COMPACTED = re.compile(r"(\d{20})\.\d{20}\.compacted\.json", re.ASCII)
-
-
-def parse_interval(text: str) -> int:
-    """Delta's duration properties, e.g. 'interval 30 days' -> ms."""
-    m = _INTERVAL.fullmatch(text)
-    if not m or m.group(2).lower() not in _UNIT_MS:
-        raise InvalidArgument(f"bad interval {text!r}: expected e.g. 'interval 30 days'")
-    return int(m.group(1)) * _UNIT_MS[m.group(2).lower()]
 
 
 def _retention(conf: Mapping[str, str], key: str, default: int) -> int:

@@ -10,6 +10,7 @@ non-conforming commit is reported with its version wherever it is read.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import (
     Callable,
     ItemsView,
@@ -23,7 +24,7 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import Corruption, Unsupported
+from ..errors import Corruption, InvalidArgument, Unsupported
 from .actions import (
     APPEND_ONLY,
     APPEND_ONLY_PROP,
@@ -34,6 +35,7 @@ from .actions import (
     COLUMN_MAPPING_MODE,
     COORDINATED_COMMITS_PREVIEW,
     COORDINATOR_PREVIEW,
+    DELETED_FILE_RETENTION,
     DOMAIN_METADATA,
     ENABLE_ICT,
     ICT,
@@ -52,6 +54,31 @@ from .actions import (
     Remove,
     Txn,
 )
+
+DAY_MS = 86_400_000
+#: `delta.deletedFileRetentionDuration` when the table does not set it (PROTOCOL.md: one week)
+DEFAULT_TOMBSTONE_RETENTION_MS = 7 * DAY_MS
+#: a state sweeps its expired tombstones only from this many on (`TableState.trim_tombstones`)
+TRIM_TOMBSTONES_FROM = 1000
+
+_INTERVAL = re.compile(r"\s*interval\s+(\d+)\s+([a-z]+?)s?\s*", re.IGNORECASE)
+_UNIT_MS = {
+    "millisecond": 1,
+    "second": 1000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": DAY_MS,
+    "week": 7 * DAY_MS,
+}
+
+
+def parse_interval(text: str) -> int:
+    """Delta's duration properties, e.g. 'interval 30 days' -> ms."""
+    m = _INTERVAL.fullmatch(text)
+    if not m or m.group(2).lower() not in _UNIT_MS:
+        raise InvalidArgument(f"bad interval {text!r}: expected e.g. 'interval 30 days'")
+    return int(m.group(1)) * _UNIT_MS[m.group(2).lower()]
+
 
 #: reader features this library reads correctly (H3 adds the ones that change how data files are read)
 SUPPORTED_READER_FEATURES = frozenset(
@@ -387,6 +414,8 @@ class TableState:
     #: the largest ICT among the commits replayed here (from the checkpoint's commit on): a new
     #: commit's ICT must exceed it even when the latest commit's ICT is missing or went backwards
     ict_floor: int | None = field(default=None, compare=False)
+    #: how many tombstones the last sweep of expired ones kept (`trim_tombstones`)
+    trimmed: int = field(default=0, compare=False, repr=False)
 
     def copy(self) -> TableState:
         return TableState(
@@ -399,6 +428,7 @@ class TableState:
             dict(self.domains),
             self.commit_info,
             self.ict_floor,
+            self.trimmed,
         )
 
     @classmethod
@@ -516,6 +546,30 @@ class TableState:
                 else:
                     self.domains[a.domain] = a
         self.version = version
+        self.trim_tombstones()
+
+    def trim_tombstones(self) -> None:
+        """Forget the tombstones expired by the time of the latest commit applied (PROTOCOL.md "Add
+        File and Remove File": a remove is a tombstone until its retention has passed; a checkpoint
+        drops the expired ones too). A state extended commit after commit for the life of a process
+        (a stream's table handle, `log._STATES`) otherwise kept every file a compaction ever removed:
+        the stream's memory grew ~10 tombstones a second. The latest commit's time rather than a
+        clock: the state stays a function of the log, and that time is not ahead of a vacuum's now,
+        so a tombstone vacuum needs is never dropped. A sweep runs once the tombstones have doubled
+        since the last one (from `TRIM_TOMBSTONES_FROM` on): O(1) a commit, amortised."""
+        if len(self.tombstones) < max(2 * self.trimmed, TRIM_TOMBSTONES_FROM) or self.metadata is None:
+            return
+        now_ms = self.ict_floor
+        if now_ms is None and self.commit_info is not None:  # no in-commit timestamps: the writer's time
+            now_ms = self.commit_info.timestamp
+        if now_ms is None:
+            return
+        try:
+            retention_ms = tombstone_retention_ms(self.metadata.configuration)
+        except InvalidArgument:  # a bad property: keep them all (maintenance reports it)
+            return
+        self.expire_tombstones(now_ms, retention_ms)
+        self.trimmed = len(self.tombstones)
 
     def expire_tombstones(self, now_ms: int, retention_ms: int) -> None:
         """Drop tombstones older than the retention (PROTOCOL.md "Add File and Remove File")."""
@@ -524,3 +578,9 @@ class TableState:
             for p, r in self.tombstones.items()
             if r.deletion_timestamp is None or r.deletion_timestamp + retention_ms > now_ms
         }
+
+
+def tombstone_retention_ms(configuration: Mapping[str, str]) -> int:
+    """`delta.deletedFileRetentionDuration` in ms (default one week); InvalidArgument if malformed."""
+    value = configuration.get(DELETED_FILE_RETENTION)
+    return DEFAULT_TOMBSTONE_RETENTION_MS if value is None else parse_interval(value)

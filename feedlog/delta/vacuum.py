@@ -58,8 +58,8 @@ from ..errors import BeforeHorizon, Corruption, FeedlogError, InvalidArgument, N
 from . import dv
 from .actions import DELETED_FILE_RETENTION, Add, Metadata, Remove
 from .log import Listing, backfilled_if_gone, commit_bytes
-from .maintenance import check_maintainable, parse_interval
-from .replay import IctEnablement, TableState, ict_enablement
+from .maintenance import check_maintainable
+from .replay import IctEnablement, TableState, ict_enablement, parse_interval
 from .storage import FileInfo, Storage, delete_dir, delete_in, read_many, walk
 from .timeline import Timeline, iso
 from .transaction import CommitResult, Transaction

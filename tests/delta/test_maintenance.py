@@ -5,7 +5,8 @@ import pytest
 from feedlog.delta import DeltaTable
 from feedlog.delta.checkpoint import canonical_json, checksum
 from feedlog.delta.log import list_log, load_state
-from feedlog.delta.maintenance import DAY_MS, parse_interval
+from feedlog.delta.maintenance import DAY_MS
+from feedlog.delta.replay import parse_interval
 from feedlog.errors import InvalidArgument, NotFound
 
 from .conftest import T0, rows, sorted_rows
