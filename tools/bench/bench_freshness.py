@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,48 +41,21 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from bench_peers import TOKEN, peer_process  # a sibling script (tools/bench is on sys.path when run)
 
 from feedlog.errors import FeedlogError
 from feedlog.lake.sink import open_table
 from feedlog.log.feed import Write
 from feedlog.replication.client import FeedClient
 
-TOKEN = secrets.token_urlsafe(24)
 VALUE = b"v" * 80
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
 def peer(data: Path) -> Iterator[str]:
-    """A `feedlog serve` process on a free loopback port, ready when this yields."""
-    target = f"127.0.0.1:{free_port()}"
-    cmd = [sys.executable, "-m", "feedlog_server", "--data", str(data), "--listen", target]
-    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, env=dict(os.environ, FEEDLOG_PEER_TOKEN=TOKEN))
-    try:
-        deadline = time.monotonic() + 30
-        with FeedClient(target, timeout=2) as c:
-            while True:
-                try:
-                    c.info(bytes(32))
-                except FeedlogError as e:
-                    if "does not host" in str(e):
-                        break
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise
-                    time.sleep(0.1)
+    """A `feedlog serve` process on a free loopback port, ready when this yields (bench_peers')."""
+    with peer_process(data, env=dict(os.environ, FEEDLOG_PEER_TOKEN=TOKEN)) as (_proc, target):
         yield target
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass
