@@ -560,8 +560,11 @@ class Soak:
         out = []
         try:
             import deltalake
+            import pyarrow as pa
 
-            d = deltalake.DeltaTable(str(self.table)).to_pyarrow_table(columns=["feed", "seq"])
+            # (QueryBuilder: to_pyarrow_table can abort the process at exit with pyarrow 25-26)
+            query = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(str(self.table)))
+            d = pa.table(query.execute("SELECT feed, seq FROM t").read_all())
             theirs = set(zip(d.column("feed").to_pylist(), d.column("seq").to_pylist(), strict=True))
             self.say(f"deltalake: {len(theirs)} rows, {'agrees' if theirs == ours else 'DISAGREES'}")
             if theirs != ours or d.num_rows != len(ours):
@@ -680,4 +683,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from feedlog.leave import leave
+
+    leave(main())  # (every process it started is stopped by then; the interpreter's shutdown is skipped)
