@@ -255,7 +255,12 @@ def ingest_batch(
         raise errors.Conflict("the commit did not record every feed's progress; rerun to finish")
     # our commit: the newest, unless a concurrent job committed after it; none if another job
     # had already landed our entries
-    mine = next((h for h in t.history(t.version() - before) if _job_of(h.commit_info) == job), None)
+    # (the span from the history's own newest entry: it lists commits the owner ratified and has not
+    # backfilled yet, which `version()` of a reader's state may not count, and another job's commit
+    # after ours would then fill the span and hide ours)
+    newest = t.history(1)
+    span = newest[0].version - before if newest else 0
+    mine = next((h for h in t.history(span) if _job_of(h.commit_info) == job), None) if span > 0 else None
     return IngestResult(mine.version if mine else None, total, seconds, mine.in_commit_timestamp if mine else None)
 
 
