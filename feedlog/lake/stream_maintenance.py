@@ -31,8 +31,9 @@ NEEDS_THE_USER = (InvalidArgument, Unsupported, PermissionDenied, ReadOnly)
 class StreamMaintenance:
     """`maintain` on `path` every `every_ms` in a daemon thread, until `stop`.
 
-    `on_report` hears each pass, `on_error` each retryable failure; `failed` holds the error that
-    ended the loop (a mistake), which the stream raises. `passes` counts the passes that ran."""
+    `on_report` hears each pass, `on_error` each failure a later pass may get past; `failed` holds
+    the error that ended the loop (`NEEDS_THE_USER`), which the stream raises. `passes` counts the
+    passes that ran."""
 
     def __init__(
         self,
