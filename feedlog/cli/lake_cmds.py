@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -172,6 +173,19 @@ def _engine(ns: argparse.Namespace, plans: Sequence[Any]) -> str:
     return "local" if ns.master is None and runs_here(plans) else "spark"
 
 
+def _stop_on_signals() -> None:
+    """A stream ends as on Ctrl-C on SIGTERM (what a service manager sends) and on SIGINT even where
+    the shell started it in the background (which ignores SIGINT): it finishes its micro-batch,
+    stops its maintenance and exits 0."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGINT, interrupt)
+
+
 def _stream_flags(ns: argparse.Namespace) -> None:
     """The streaming flags checked before anything runs: each is for --stream, and durations parse
     (`parse_duration`, as `maintain --every`; --trigger also takes 0: as fast as possible)."""
@@ -219,6 +233,7 @@ def _ingest(
     }
     if ns.stream:
         ticker.note = "streaming"
+        _stop_on_signals()
         r = ingest_stream(
             spark,
             ns.sources,
