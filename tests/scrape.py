@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 import urllib.request
 from collections.abc import Mapping
@@ -41,3 +42,14 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 def labelled(samples: Samples, name: str) -> list[Mapping[str, str]]:
     return [dict(ls) for (n, ls) in samples if n == name]
+
+
+def closed_by_server(s: socket.socket) -> bool:
+    """Whether the server has closed `s` (EOF or reset); False while it stays open."""
+    s.settimeout(0.05)
+    try:
+        return s.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True

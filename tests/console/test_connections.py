@@ -15,6 +15,7 @@ from feedlog.console.connections import per_client_cap
 from feedlog.log.feed import Feed, Write
 from feedlog.rpc import client_key
 from tests.conftest import wait_until
+from tests.scrape import closed_by_server
 
 from .conftest import Console
 
@@ -43,17 +44,6 @@ def _open(c: Console, source: str) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
 
 
-def _closed(s: socket.socket) -> bool:
-    """Whether the console has closed `s` (EOF or reset); False while it stays open."""
-    s.settimeout(0.05)
-    try:
-        return s.recv(1) == b""
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-
-
 def test_the_per_client_cap_never_gives_one_client_every_slot() -> None:
     assert per_client_cap(64, None) == 16
     assert per_client_cap(8, None) == 4
@@ -68,8 +58,11 @@ def test_one_client_holds_only_its_share_and_a_real_request_is_answered(guarded:
     share = per_client_cap(MAX_CONNECTIONS, None)
     hostile = [_open(guarded, "127.0.0.2") for _ in range(MAX_CONNECTIONS)]
     try:
-        wait_until(lambda: sum(_closed(s) for s in hostile[share:]) == MAX_CONNECTIONS - share, what="the extra closed")
-        assert not any(_closed(s) for s in hostile[:share])  # its share stays open (until the deadline)
+        wait_until(
+            lambda: sum(closed_by_server(s) for s in hostile[share:]) == MAX_CONNECTIONS - share,
+            what="the extra closed",
+        )
+        assert not any(closed_by_server(s) for s in hostile[:share])  # its share stays open (until the deadline)
         status, _, _ = guarded.get("/feeds")
         assert status == 200
     finally:
@@ -96,7 +89,9 @@ def test_idle_and_trickling_connections_are_closed_at_the_head_deadline(guarded:
     t = threading.Thread(target=trickle, daemon=True)
     t.start()
     try:
-        wait_until(lambda: all(_closed(s) for s in idle + trickling), timeout=HEAD_TIMEOUT_S * 6, what="the cut")
+        wait_until(
+            lambda: all(closed_by_server(s) for s in idle + trickling), timeout=HEAD_TIMEOUT_S * 6, what="the cut"
+        )
         status, _, _ = guarded.get("/feeds")
         assert status == 200
     finally:
@@ -118,6 +113,6 @@ def test_a_kept_alive_connection_gets_the_same_deadline_for_its_next_head(guarde
             got += chunk
         assert got.startswith(b"HTTP/1.1 200")
         s.sendall(b"G")  # a byte cancels uvicorn's keep-alive timer; the head deadline still runs
-        wait_until(lambda: _closed(s), timeout=HEAD_TIMEOUT_S * 6, what="the second head's deadline")
+        wait_until(lambda: closed_by_server(s), timeout=HEAD_TIMEOUT_S * 6, what="the second head's deadline")
     finally:
         s.close()

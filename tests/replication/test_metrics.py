@@ -36,7 +36,7 @@ from feedlog_server.service import FeedsService
 from tests.conftest import wait_until
 from tests.replication.certs import make_pki
 from tests.replication.conftest import KP, local_feed
-from tests.scrape import label_values, scrape, total, value
+from tests.scrape import closed_by_server, label_values, scrape, total, value
 
 Peers = Callable[..., PeerServer]
 Clients = Callable[..., FeedClient]
@@ -320,17 +320,6 @@ def _hostile(port: int, source: str) -> socket.socket:
     return s
 
 
-def _closed(s: socket.socket) -> bool:
-    """Whether the listener has closed `s` (EOF or reset); False while it is still open."""
-    s.settimeout(0.05)
-    try:
-        return s.recv(1) == b""
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-
-
 def test_trickling_clients_are_cut_at_the_deadline_and_one_client_cannot_hold_every_thread() -> None:
     """Review: settimeout bounded the gap between bytes, so a byte every few seconds held a thread for
     ever, and four such clients held them all before the token check."""
@@ -338,9 +327,9 @@ def test_trickling_clients_are_cut_at_the_deadline_and_one_client_cannot_hold_ev
     with MetricsListener(new_registry(), MetricsSettings("127.0.0.1:0", deadline_s=deadline_s)) as m:
         # one client opens more connections than it may hold: those beyond MAX_PER_CLIENT are closed at once
         one = [_hostile(m.port, "127.0.0.2") for _ in range(MAX_SCRAPERS)]
-        wait_until(lambda: sum(_closed(s) for s in one[MAX_PER_CLIENT:]) == MAX_SCRAPERS - MAX_PER_CLIENT)
+        wait_until(lambda: sum(closed_by_server(s) for s in one[MAX_PER_CLIENT:]) == MAX_SCRAPERS - MAX_PER_CLIENT)
         held = one[:MAX_PER_CLIENT]
-        assert not any(_closed(s) for s in held)
+        assert not any(closed_by_server(s) for s in held)
         # ... so a real scrape is answered while it holds its share, trickling a byte at a time
         for s in held:
             s.sendall(b"E")
@@ -359,13 +348,15 @@ def test_trickling_clients_are_cut_at_the_deadline_and_one_client_cannot_hold_ev
         t = threading.Thread(target=trickle, daemon=True)
         t.start()
         try:
-            wait_until(lambda: all(_closed(s) for s in held), timeout=deadline_s * 5, what="the deadline's cut")
+            wait_until(
+                lambda: all(closed_by_server(s) for s in held), timeout=deadline_s * 5, what="the deadline's cut"
+            )
         finally:
             stop.set()
             t.join(5)
         # clients from several addresses may fill every thread, but only until the deadline
         many = [_hostile(m.port, f"127.0.0.{10 + i}") for i in range(MAX_SCRAPERS)]
-        wait_until(lambda: all(_closed(s) for s in many), timeout=deadline_s * 5, what="every thread freed")
+        wait_until(lambda: all(closed_by_server(s) for s in many), timeout=deadline_s * 5, what="every thread freed")
         assert value(scrape(m.url), "process_open_fds") is not None
         for s in one + many:
             s.close()
