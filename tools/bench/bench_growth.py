@@ -40,10 +40,8 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,8 +50,8 @@ from functools import partial
 from pathlib import Path
 
 import deltalake
-import grpc
 import pyarrow as pa
+from bench_owner import start_owner  # a sibling script (tools/bench is on sys.path when run)
 from growth import Row, cache_dir, table
 
 from feedlog.clock import SystemClock
@@ -410,21 +408,6 @@ def _ingest(feeds: list[Path], where: Path) -> None:
 
 
 # ---- the commit owner: many tables ---------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_owner(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "feedlog", "owner", "serve", "--db", str(tmp / "owner.db")]
-    proc = subprocess.Popen([*cmd, "--listen", f"127.0.0.1:{port}", "--root", str(tmp)], stderr=subprocess.DEVNULL)
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        grpc.channel_ready_future(ch).result(timeout=60)
-    return proc, f"grpc://127.0.0.1:{port}"
 
 
 class RawSqlite:
